@@ -1,0 +1,69 @@
+// The verdict binary: `verdict <command> [flags]`. One flag set for the whole
+// binary (absl flags); `verdict --help` lists every flag, `verdict help`
+// lists the commands. Flag names accept dashes or underscores
+// (`--cost-table` and `--cost_table` are the same flag).
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/types/span.h"
+#include "runtime/command_line.h"
+
+namespace verdict {
+namespace {
+
+using CommandFn = int (*)(absl::Span<char* const> positional);
+
+struct Command {
+  const char* name;
+  const char* summary;
+  CommandFn run;
+};
+
+int RunHelp(absl::Span<char* const> positional);
+
+// Every command of the binary, in the order `verdict help` lists them.
+const Command kCommands[] = {
+    {"help", "list the commands", &RunHelp},
+};
+
+int RunHelp(absl::Span<char* const>) {
+  std::printf("%s\n\ncommands:\n", absl::ProgramUsageMessage().data());
+  for (const Command& c : kCommands) std::printf("  %-10s %s\n", c.name, c.summary);
+  std::printf("\n`verdict --help` lists every flag.\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace verdict
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "verdict: speculative decoding serving runtime.\n"
+      "usage: verdict <command> [--flag=value ...]");
+  std::vector<std::string> storage = verdict::NormalizeFlagNames(argc, argv);
+  std::vector<char*> args;
+  for (std::string& s : storage) args.push_back(s.data());
+
+  // The command is the first argument that is not a flag.
+  std::string command = "help";
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i][0] != '-') {
+      command = args[i];
+      args.erase(args.begin() + static_cast<long>(i));
+      break;
+    }
+  }
+  std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  for (const verdict::Command& c : verdict::kCommands) {
+    if (command == c.name) {
+      return c.run(absl::MakeConstSpan(positional).subspan(1));
+    }
+  }
+  std::fprintf(stderr, "verdict: unknown command '%s' (try `verdict help`)\n", command.c_str());
+  return 2;
+}
