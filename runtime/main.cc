@@ -9,6 +9,9 @@
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "runtime/command_line.h"
 
@@ -41,6 +44,13 @@ int RunHelp(absl::Span<char* const>) {
 }  // namespace verdict
 
 int main(int argc, char** argv) {
+  // --help lists verdict's own flags (from every command), not Abseil's.
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return !absl::StrContains(file, "absl/");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
       "verdict: speculative decoding serving runtime.\n"
       "usage: verdict <command> [--flag=value ...]");

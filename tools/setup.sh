@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs every Debian package that building and testing verdict needs.
+# Idempotent and non-interactive: packages already present are skipped.
+# CUDA 13 is expected at /usr/local/cuda (nvcc, cudart, cuBLAS, NCCL): it is
+# not a Debian package; the build only needs it to compile, not a GPU.
+set -euo pipefail
+
+packages=(
+  bazel-bootstrap        # Bazel 4.2.3
+  g++ zlib1g-dev
+  libabsl-dev            # Abseil 20220623
+  libgtest-dev libgmock-dev
+  libbenchmark-dev       # Google Benchmark
+  prometheus-cpp-dev     # pull exposer (civetweb)
+  libcivetweb-dev
+  libopenmpi-dev openmpi-bin
+  libsentencepiece-dev sentencepiece
+  nlohmann-json3-dev
+  prometheus             # promtool and the server, for the monitoring tests
+  python3 python3-venv   # end-to-end tests drive the server with Python clients
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#packages[@]} packages are installed"
+else
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -q
+  "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "setup: CUDA 13 is missing at /usr/local/cuda (nvcc, cudart, cuBLAS, NCCL)" >&2
+  exit 1
+fi
