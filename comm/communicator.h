@@ -12,12 +12,38 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 
 namespace verdict {
 
 enum class DataType { kFloat32, kBFloat16, kInt32, kInt64, kUInt8 };
 
 size_t DataTypeSize(DataType type);
+
+// Which implementation CreateCommunicator (comm/create_communicator.h) builds.
+enum class Backend {
+  kLocal,  // one process, host buffers; collectives are copies
+  kMpi,    // host buffers, ranks started by mpirun
+  kNccl,   // device buffers and streams, one rank per GPU
+};
+
+struct CommOptions {
+  // The longest one collective may take before it is reported as
+  // DeadlineExceeded. A timed-out collective leaves the communicator failed:
+  // the ranks no longer agree on what has been exchanged, so the caller's
+  // only way on is Abort().
+  absl::Duration timeout = absl::Seconds(30);
+  // NCCL: the longest communicator creation may take (every rank must arrive).
+  absl::Duration init_timeout = absl::Seconds(120);
+  // NCCL: the CUDA device of this rank; -1 takes the rank's index among the
+  // ranks on its host (one rank per GPU).
+  int device = -1;
+  // NCCL: true makes a collective return once it has completed on the device,
+  // so `timeout` covers it (and everything enqueued on the stream before it).
+  // False makes it return once enqueued; Synchronize() then applies the
+  // timeout, letting the host run ahead of the device.
+  bool wait_for_completion = true;
+};
 
 class Communicator {
  public:
@@ -35,9 +61,29 @@ class Communicator {
   virtual absl::Status AllReduceSum(const void* send, void* recv, size_t count,
                                     DataType type, void* stream = nullptr) = 0;
   // recv holds world_size() * count elements, rank r's block at r * count.
+  // In place when send points at this rank's block of recv.
   virtual absl::Status AllGather(const void* send, void* recv, size_t count, DataType type,
                                  void* stream = nullptr) = 0;
+
+  // Returns once every rank has entered Barrier, on the host; it does not
+  // wait for device work. This default serves a world of one rank only.
+  virtual absl::Status Barrier();
+
+  // Returns once every collective enqueued on `stream` has completed, within
+  // the timeout. Host backends complete each collective before returning, so
+  // this default has nothing to wait for.
+  virtual absl::Status Synchronize(void* stream = nullptr);
+
+  // Ends this process and every other rank, for an error after which the
+  // ranks can no longer agree (a timed-out or failed collective). Logs
+  // `status` with the rank; the exit code is AbortExitCode(status). This
+  // default ends only this process.
+  [[noreturn]] virtual void Abort(const absl::Status& status);
 };
+
+// The exit code of a process ended by Communicator::Abort(status): the number
+// of status.code() (DEADLINE_EXCEEDED is 4), or 1 if status is OK.
+int AbortExitCode(const absl::Status& status);
 
 }  // namespace verdict
 
