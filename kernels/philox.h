@@ -29,6 +29,7 @@ enum class RandomStream : uint32_t {
   kResidual = 1,  // sample from max(q - alpha p, 0)
   kBonus = 2,     // fresh sample on the last row
   kSimulatedAcceptance = 3,
+  kDraft = 4,     // the draft model's proposal
 };
 
 namespace philox_internal {

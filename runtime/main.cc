@@ -13,7 +13,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "kernels/verify_case.h"
 #include "runtime/command_line.h"
+#include "runtime/generate_command.h"
+#include "scheduler/plan_command.h"
 
 namespace verdict {
 namespace {
@@ -31,6 +34,10 @@ int RunHelp(absl::Span<char* const> positional);
 // Every command of the binary, in the order `verdict help` lists them.
 const Command kCommands[] = {
     {"help", "list the commands", &RunHelp},
+    {"generate", "run the engine offline on one prompt (--prompt, --max-tokens)",
+     &RunGenerateCommand},
+    {"sample", "replay one sampler step from a JSON case (--case, --trials)", &RunSampleCommand},
+    {"plan", "print the verify plan for one step (--cost-table, --input, --mode)", &RunPlanCommand},
 };
 
 int RunHelp(absl::Span<char* const>) {

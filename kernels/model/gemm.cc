@@ -1,0 +1,68 @@
+// The CPU twin of Gemm. Rows of W are split across threads; each output is
+// a dot product of two contiguous rows, summed in four float lanes (the
+// device sums in a different order; both are float32 accumulations).
+#include "kernels/model/gemm.h"
+
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+namespace verdict {
+namespace {
+
+float Dot(const float* x, const float* y, int k) {
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int i = 0;
+  for (; i + 4 <= k; i += 4) {
+    acc[0] += x[i] * y[i];
+    acc[1] += x[i + 1] * y[i + 1];
+    acc[2] += x[i + 2] * y[i + 2];
+    acc[3] += x[i + 3] * y[i + 3];
+  }
+  for (; i < k; ++i) acc[0] += x[i] * y[i];
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+void GemmColumns(const float* a, const float* w, const float* bias, float* c, int m, int n, int k,
+                 int col_begin, int col_end) {
+  // Blocks of W rows stay in cache while every row of A passes over them.
+  constexpr int kColBlock = 64;
+  for (int j0 = col_begin; j0 < col_end; j0 += kColBlock) {
+    const int j1 = std::min(col_end, j0 + kColBlock);
+    for (int r = 0; r < m; ++r) {
+      const float* a_row = a + static_cast<int64_t>(r) * k;
+      float* c_row = c + static_cast<int64_t>(r) * n;
+      for (int j = j0; j < j1; ++j) {
+        const float v = Dot(a_row, w + static_cast<int64_t>(j) * k, k);
+        c_row[j] = bias != nullptr ? v + bias[j] : v;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void GemmCpu(const float* a, const float* w, const float* bias, float* c, int m, int n, int k,
+             int num_threads) {
+  if (m <= 0 || n <= 0) return;
+  if (num_threads <= 0)
+    num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Threads only pay off for products of a few million multiply-adds.
+  const int64_t work = static_cast<int64_t>(m) * n * k;
+  num_threads = static_cast<int>(std::min<int64_t>(num_threads, std::max<int64_t>(1, work >> 21)));
+  num_threads = std::min(num_threads, n);
+  if (num_threads <= 1) {
+    GemmColumns(a, w, bias, c, m, n, k, 0, n);
+    return;
+  }
+  std::vector<std::thread> threads;
+  threads.reserve(num_threads);
+  for (int t = 0; t < num_threads; ++t) {
+    const int begin = static_cast<int>(static_cast<int64_t>(n) * t / num_threads);
+    const int end = static_cast<int>(static_cast<int64_t>(n) * (t + 1) / num_threads);
+    threads.emplace_back(GemmColumns, a, w, bias, c, m, n, k, begin, end);
+  }
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace verdict

@@ -1,0 +1,69 @@
+// The model's linear layers: C[m, n] = A[m, k] * W[n, k]^T (+ bias[n]).
+// A holds activations row-major (one token per row); W is a weight in the
+// Hugging Face layout, out_features x in_features, row-major. Products are
+// accumulated in float32.
+//
+// GemmCpu is the CPU twin (float). Gemm runs the same product on the device
+// through cuBLASLt: bf16 A and W, bf16 or float32 C, optional bf16 bias
+// (folded into cuBLASLt's epilogue for bf16 outputs, added by AddBias
+// otherwise). It owns the cuBLASLt handle and a workspace, and caches one
+// plan (descriptors and the heuristic's algorithm) per shape and pointer
+// alignment, so after the first call of a shape a call only enqueues the
+// matmul: safe to capture in a CUDA graph once warmed up.
+#ifndef VERDICT_KERNELS_MODEL_GEMM_H_
+#define VERDICT_KERNELS_MODEL_GEMM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/model/cuda_stream.h"
+
+namespace verdict {
+
+// CPU twin. bias may be null. num_threads 0 uses the hardware's threads.
+void GemmCpu(const float* a, const float* w, const float* bias, float* c, int m, int n, int k,
+             int num_threads = 0);
+
+struct GemmOptions {
+  size_t workspace_bytes = 32u << 20;
+  // 0 or 1: use the cuBLASLt heuristic's first algorithm (deterministic for a
+  // given GPU and library). N > 1: on a shape's first call outside graph
+  // capture, time the heuristic's top N algorithms on the caller's buffers
+  // and keep the fastest. Faster for some small-m shapes, but the choice
+  // rests on timings, so two processes may pick algorithms that sum in
+  // different orders (results then differ in the last bits).
+  int autotune_candidates = 0;
+};
+
+class Gemm {
+ public:
+  // Creates the cuBLASLt handle and allocates the workspace on the current
+  // device.
+  static absl::StatusOr<std::unique_ptr<Gemm>> Create(const GemmOptions& options = {});
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // Device pointers; bf16 as raw bits; bias may be null. Calls on one Gemm
+  // are serialised (it shares one workspace), so give each concurrently
+  // used stream its own Gemm.
+  absl::Status Run(const uint16_t* a, const uint16_t* w, const uint16_t* bias, uint16_t* c, int m,
+                   int n, int k, cudaStream_t stream);
+  absl::Status Run(const uint16_t* a, const uint16_t* w, const uint16_t* bias, float* c, int m,
+                   int n, int k, cudaStream_t stream);
+
+  // Number of cached plans (one per distinct shape/dtype/alignment seen).
+  size_t cached_plans() const;
+
+ private:
+  struct Impl;
+  explicit Gemm(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace verdict
+
+#endif  // VERDICT_KERNELS_MODEL_GEMM_H_

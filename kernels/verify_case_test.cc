@@ -1,0 +1,140 @@
+#include "kernels/verify_case.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace verdict {
+namespace {
+
+using nlohmann::json;
+using ::testing::AnyOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr char kWorkedExample[] = "kernels/testdata/seed_worked_example.json";
+
+json ReadJson(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return json::parse(text.str(), nullptr, false);
+}
+
+nlohmann::ordered_json RunCase(const json& c, int trials) {
+  auto step = ParseVerifyCase(c);
+  EXPECT_TRUE(step.ok()) << step.status();
+  if (!step.ok()) return nlohmann::ordered_json();
+  auto report = RunVerifyCase(**step, trials);
+  EXPECT_TRUE(report.ok()) << report.status();
+  return report.ok() ? *report : nlohmann::ordered_json();
+}
+
+TEST(VerifyCaseTest, OneTrialPrintsEveryField) {
+  const json c = ReadJson(kWorkedExample);
+  ASSERT_FALSE(c.is_discarded());
+  const nlohmann::ordered_json report = RunCase(c, 1);
+  ASSERT_EQ(report["rows"].size(), 2u);
+  const auto& row0 = report["rows"][0];
+  for (const char* key : {"row", "request", "local_step", "is_verify", "draft_token_id",
+                          "raw_accept", "accept", "is_final", "candidate_token_id",
+                          "verified_token_id", "logprob"}) {
+    EXPECT_TRUE(row0.contains(key)) << key;
+  }
+  EXPECT_EQ(row0["draft_token_id"], 0);
+  EXPECT_TRUE(report["rows"][1]["draft_token_id"].is_null());
+  const auto& req = report["requests"][0];
+  const int accepted = req["last_valid_offset"];
+  if (accepted == 1) {
+    EXPECT_EQ(req["emitted_token_ids"][0], 0);
+  } else {
+    EXPECT_THAT(req["sampled_token_id"].get<int>(), AnyOf(1, 3));  // residual [0, .5, 0, .5]
+  }
+  EXPECT_EQ(report["num_verified_tokens"], nlohmann::ordered_json::array({1}));
+}
+
+TEST(VerifyCaseTest, TrialsGiveHistograms) {
+  const int trials = 6000;
+  const nlohmann::ordered_json report = RunCase(ReadJson(kWorkedExample), trials);
+  const auto& req = report["requests"][0];
+  const std::vector<int64_t> lengths = req["accepted_length_histogram"];
+  ASSERT_EQ(lengths.size(), 2u);
+  // Accept with probability q(A) / p(A) = 2/3.
+  const double sigma = std::sqrt(trials * (2.0 / 3) * (1.0 / 3));
+  EXPECT_NEAR(static_cast<double>(lengths[1]), trials * 2.0 / 3, 4.5 * sigma);
+  const auto& position0 = req["positions"][0];
+  EXPECT_EQ(position0["emitted"], trials);
+  for (const auto& [token, count] : position0["token_histogram"].items()) {
+    EXPECT_THAT(token, AnyOf("0", "1", "3"));  // never C: q(C) - p(C) = 0
+  }
+  EXPECT_EQ(req["positions"][1]["emitted"], lengths[1]);  // the bonus after an accept
+  EXPECT_NEAR(req["mean_emitted_tokens"].get<double>(),
+              1.0 + static_cast<double>(lengths[1]) / trials, 1e-9);
+}
+
+TEST(VerifyCaseTest, SeedTwoRequestTable) {
+  // Greedy rows: A accepts d1 d2 and rejects d3; B accepts all three.
+  const auto peak = [](int id) {
+    json row = nlohmann::ordered_json::array();
+    for (int v = 0; v < 16; ++v) row.push_back(v == id ? 10.0 : 0.0);
+    return row;
+  };
+  json c = {{"vocab_size", 16}, {"nextn", 5}};
+  c["requests"] = nlohmann::ordered_json::array();
+  c["requests"].push_back({{"temperature", 0},
+                           {"draft_token_ids", {1, 2, 3, 4, 5}},
+                           {"target_logits", {peak(1), peak(2), peak(11), peak(4), peak(12),
+                                              peak(13)}}});
+  c["requests"].push_back({{"temperature", 0},
+                           {"draft_token_ids", {6, 7, 8}},
+                           {"target_logits", {peak(6), peak(7), peak(8), peak(14)}}});
+  // Greedy rows read no draft distribution, but the format asks for one.
+  for (json& r : c["requests"]) {
+    r["draft_probs"] = nlohmann::ordered_json::array();
+    for (size_t k = 0; k < r["draft_token_ids"].size(); ++k) r["draft_probs"].push_back(peak(0));
+  }
+  const nlohmann::ordered_json report = RunCase(c, 1);
+  EXPECT_EQ(report["num_generated_tokens"], nlohmann::ordered_json::array({2, 2, 1, 0, 0}));
+  EXPECT_EQ(report["num_verified_tokens"], nlohmann::ordered_json::array({2, 2, 2, 1, 1}));
+  EXPECT_EQ(report["requests"][0]["last_valid_offset"], 2);
+  EXPECT_EQ(report["requests"][1]["last_valid_offset"], 3);
+  EXPECT_EQ(report["requests"][0]["emitted_token_ids"], nlohmann::ordered_json::array({1, 2, 11}));
+  EXPECT_EQ(report["requests"][1]["emitted_token_ids"], nlohmann::ordered_json::array({6, 7, 8, 14}));
+  EXPECT_EQ(report["rows"][3]["raw_accept"], true);
+  EXPECT_EQ(report["rows"][3]["accept"], false);
+}
+
+TEST(VerifyCaseTest, ErrorsNameTheRequestAndRow) {
+  json c = ReadJson(kWorkedExample);
+  c["requests"][0]["target_probs"][1] = {0.5, 0.5};
+  auto step = ParseVerifyCase(c);
+  ASSERT_FALSE(step.ok());
+  EXPECT_THAT(step.status().message(), HasSubstr("request 0, row 1"));
+
+  c = ReadJson(kWorkedExample);
+  c["requests"][0]["draft_token_ids"] = {9};
+  step = ParseVerifyCase(c);
+  ASSERT_TRUE(step.ok());
+  auto report = RunVerifyCase(**step, 1);
+  ASSERT_FALSE(report.ok());
+  EXPECT_THAT(report.status().message(), HasSubstr("request 0, row 0: draft token id 9"));
+}
+
+TEST(VerifyCaseTest, CommandRunsAFile) {
+  absl::SetFlag(&FLAGS_case, kWorkedExample);
+  absl::SetFlag(&FLAGS_trials, 3);
+  EXPECT_EQ(RunSampleCommand({}), 0);
+  absl::SetFlag(&FLAGS_case, "kernels/testdata/does_not_exist.json");
+  EXPECT_EQ(RunSampleCommand({}), 1);
+  absl::SetFlag(&FLAGS_case, "");
+  EXPECT_EQ(RunSampleCommand({}), 2);
+}
+
+}  // namespace
+}  // namespace verdict

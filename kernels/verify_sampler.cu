@@ -1,0 +1,1087 @@
+// CUDA kernel of the fused verify sampler (semantics: kernels/verify_sampler.h;
+// reference: the CPU twin in verify_sampler.cc).
+//
+// One launch per step. A cluster of `splits` CTAs (Hopper thread block
+// clusters) owns one row; CTA rank c owns vocabulary ids [c * chunk,
+// (c + 1) * chunk). Each CTA keeps its slice of the row in shared memory, so
+// the row is read from device memory once however many passes the row needs
+// (max, top-k / top-p selection, mass, race); the cluster combines per-CTA
+// partials through distributed shared memory. Every decision is computed
+// redundantly by all CTAs of the cluster from the same combined values, so
+// they agree without further communication. The leader CTA writes the row's
+// outputs and bumps a done counter; the CTA that completes the last row
+// applies the accepted prefix, the counters and the stop mask for the whole
+// step and publishes the error record (a "last block" tail, so small steps
+// need exactly one launch). Request-level input checks run in the row CTAs,
+// step-level ones on the host before the launch.
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "kernels/philox.h"
+#include "kernels/sampling_math.h"
+#include "kernels/verify_sampler.h"
+#include "kernels/verify_sampler_internal.h"
+#include "kernels/verify_sampler_launch.h"
+
+namespace verdict {
+namespace {
+
+namespace cg = cooperative_groups;
+using namespace sampling_math;  // NOLINT: the arithmetic vocabulary of this file
+using verify_internal::ErrorKey;
+using verify_internal::Kept;
+using verify_internal::LaunchStatus;
+using verify_internal::MinKey;
+using verify_internal::RowInfo;
+using verify_internal::RowKind;
+using verify_internal::RowSetup;
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxSplits = 16;
+constexpr int32_t kNoId = 0x7FFFFFFF;
+
+// Left zeroed between launches: the done counter and the complement of the
+// smallest row-level error key (atomicMax of ~key; 0 = none).
+struct alignas(8) Workspace {
+  unsigned int done;
+  unsigned int unused;
+  unsigned long long error_acc;
+};
+static_assert(sizeof(Workspace) <= kVerifyWorkspaceBytes, "workspace too small");
+
+struct KernelArgs {
+  VerifyInputs in;
+  VerifyOutputs out;
+  float alpha;
+  int32_t splits;
+  int32_t chunk;      // vocabulary ids per CTA, a multiple of 8
+  int32_t grid_rows;  // max(total_q, 1)
+  bool vector_logits;
+  bool vector_probs;
+};
+
+// Per-CTA partials that the other CTAs of the cluster read (distributed
+// shared memory). Each exchange has its own slot, so one cluster barrier per
+// exchange suffices; the radix histograms alternate between two buffers.
+struct ExchangeSlots {
+  float max_z;
+  int32_t argmax;
+  int32_t allowed;
+  int32_t non_finite;
+  unsigned long long mass[3];
+  uint32_t hist_count[2][256];
+  unsigned long long hist_mass[2][256];
+  float race_key[2];
+  int32_t race_id[2];
+  int32_t bad_p[2];
+};
+
+// Values every thread of the CTA reads after a barrier.
+struct Broadcast {
+  int32_t request;
+  RowInfo info;
+  int32_t mask;
+  int32_t masks;
+  bool skip;
+  // Setup (RowSetup has constructors, so shared memory holds its fields).
+  bool greedy;
+  float inv_temperature;
+  int32_t top_k;
+  float top_p;
+  unsigned long long seed;
+  long long position;
+  int32_t draft;
+  int32_t golden;
+  float p_draft;
+  unsigned long long error_key;
+  // Combined row values.
+  float row_max;
+  int32_t argmax;
+  int32_t allowed;
+  int32_t non_finite;
+  unsigned long long mass;
+  uint32_t prefix;
+  uint32_t remaining;
+  unsigned long long mass_above;
+  int32_t mode;  // 0: decided; 1: residual race; 2: race over q
+  bool raw;
+  int32_t race_id;
+  int32_t bad_p;
+  bool is_last;
+  unsigned long long final_key;
+};
+
+struct Scratch {
+  float f[kWarps];
+  int32_t i[kWarps];
+  int32_t j[kWarps];
+  unsigned long long u[kWarps];
+  uint32_t bins[256];
+  unsigned long long bin_mass[256];
+  int32_t counters[2][kMaxNextn];
+};
+
+__device__ __forceinline__ int Lane() { return threadIdx.x & 31; }
+__device__ __forceinline__ int Warp() { return threadIdx.x >> 5; }
+
+// (value, id) with the larger value winning, ties to the lower id.
+__device__ __forceinline__ bool MaxBeats(float v, int32_t id, float best, int32_t best_id) {
+  return v > best || (v == best && id < best_id);
+}
+
+// Block reductions; the result is valid in thread 0. They end with a
+// barrier so the scratch can be reused at once.
+__device__ void BlockArgMax(float* v, int32_t* id, Scratch& s) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xFFFFFFFFu, *v, o);
+    const int32_t oid = __shfl_xor_sync(0xFFFFFFFFu, *id, o);
+    if (MaxBeats(ov, oid, *v, *id)) {
+      *v = ov;
+      *id = oid;
+    }
+  }
+  if (Lane() == 0) {
+    s.f[Warp()] = *v;
+    s.i[Warp()] = *id;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) {
+      if (MaxBeats(s.f[w], s.i[w], *v, *id)) {
+        *v = s.f[w];
+        *id = s.i[w];
+      }
+    }
+  }
+  __syncthreads();
+}
+
+__device__ void BlockRaceBest(float* key, int32_t* id, Scratch& s) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ok = __shfl_xor_sync(0xFFFFFFFFu, *key, o);
+    const int32_t oid = __shfl_xor_sync(0xFFFFFFFFu, *id, o);
+    if (RaceBeats(ok, oid, *key, *id)) {
+      *key = ok;
+      *id = oid;
+    }
+  }
+  if (Lane() == 0) {
+    s.f[Warp()] = *key;
+    s.i[Warp()] = *id;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) {
+      if (RaceBeats(s.f[w], s.i[w], *key, *id)) {
+        *key = s.f[w];
+        *id = s.i[w];
+      }
+    }
+  }
+  __syncthreads();
+}
+
+__device__ int32_t BlockSumInt(int32_t v, Scratch& s) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  if (Lane() == 0) s.j[Warp()] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) v += s.j[w];
+  }
+  __syncthreads();
+  return v;
+}
+
+__device__ int32_t BlockMinInt(int32_t v, Scratch& s) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  if (Lane() == 0) s.j[Warp()] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) v = min(v, s.j[w]);
+  }
+  __syncthreads();
+  return v;
+}
+
+__device__ unsigned long long BlockSumU64(unsigned long long v, Scratch& s) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  if (Lane() == 0) s.u[Warp()] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) v += s.u[w];
+  }
+  __syncthreads();
+  return v;
+}
+
+__device__ void ReportError(Workspace* ws, uint64_t key) {
+  atomicMax(&ws->error_acc, ~static_cast<unsigned long long>(key));
+}
+
+// The request owning `row`: a 32-ary search by one warp (three dependent
+// loads for 32K requests instead of fifteen).
+__device__ int32_t FindRequestWarp(const VerifyInputs& in, int32_t row) {
+  int32_t lo = 0, hi = in.num_requests;  // answer in [lo, hi)
+  while (hi - lo > 1) {
+    const int32_t step = (hi - lo + 31) / 32;
+    const int32_t idx = lo + Lane() * step;
+    const bool le = idx < hi && in.first_token_positions[idx] <= row;
+    const unsigned ball = __ballot_sync(0xFFFFFFFFu, le);
+    if (ball == 0) return -1;
+    lo += (31 - __clz(ball)) * step;
+    hi = min(hi, lo + step);
+  }
+  if (hi - lo == 1 && in.first_token_positions[lo] <= row) return lo;
+  return -1;
+}
+
+__device__ __forceinline__ uint32_t KeyOf(float z) { return OrderKey(FAdd(z, 0.0f)); }
+
+template <typename LogitT>
+__device__ __forceinline__ float LoadOne(const LogitT* p);
+template <>
+__device__ __forceinline__ float LoadOne<float>(const float* p) {
+  return __ldcs(p);
+}
+template <>
+__device__ __forceinline__ float LoadOne<uint16_t>(const uint16_t* p) {
+  return BFloat16ToFloat(__ldcs(reinterpret_cast<const unsigned short*>(p)));
+}
+
+// Four consecutive logits starting at p (aligned when `vec`).
+template <typename LogitT>
+__device__ __forceinline__ float4 LoadFour(const LogitT* p, bool vec);
+template <>
+__device__ __forceinline__ float4 LoadFour<float>(const float* p, bool vec) {
+  if (vec) return __ldcs(reinterpret_cast<const float4*>(p));
+  return make_float4(__ldcs(p), __ldcs(p + 1), __ldcs(p + 2), __ldcs(p + 3));
+}
+template <>
+__device__ __forceinline__ float4 LoadFour<uint16_t>(const uint16_t* p, bool vec) {
+  if (vec) {
+    const uint2 w = __ldcs(reinterpret_cast<const uint2*>(p));
+    return make_float4(BitsToFloat(w.x << 16), BitsToFloat(w.x & 0xFFFF0000u),
+                       BitsToFloat(w.y << 16), BitsToFloat(w.y & 0xFFFF0000u));
+  }
+  return make_float4(LoadOne(p), LoadOne(p + 1), LoadOne(p + 2), LoadOne(p + 3));
+}
+
+__device__ __forceinline__ float Get(const float4& v, int j) {
+  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
+template <typename LogitT>
+__global__ void __launch_bounds__(kThreads, 2) VerifySampleKernel(const __grid_constant__ KernelArgs a) {
+  extern __shared__ float4 dynamic_smem[];
+  float* z = reinterpret_cast<float*>(dynamic_smem);  // [chunk]: z, later e = exp(z - max)
+  uint32_t* listed = reinterpret_cast<uint32_t*>(z + a.chunk);  // [chunk / 32] sparse p ids
+  __shared__ ExchangeSlots slots;
+  __shared__ Broadcast b;
+  __shared__ Scratch scratch;
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const VerifyInputs& in = a.in;
+  const VerifyOutputs& out = a.out;
+  Workspace* ws = static_cast<Workspace*>(out.workspace);
+  const int splits = a.splits;
+  const int rank = static_cast<int>(cluster.block_rank());
+  const bool leader = rank == 0;
+  const int32_t row = static_cast<int32_t>(blockIdx.x / splits);
+  const int32_t v_size = in.vocab_size;
+  const int32_t c0 = rank * a.chunk;
+  const int32_t n = max(0, min(v_size - c0, a.chunk));  // ids of this CTA
+  const int32_t groups = (n + 3) / 4;
+  const int tid = threadIdx.x;
+
+  // ---- 1. Where the row is (warp 0); skipped rows read nothing. Warp 1 of
+  // the leader checks every grid_rows-th request and bitmask (the step-level
+  // checks ran on the host), so the tail has no checks left to run.
+  if (leader && Warp() == 1) {
+    uint64_t key = 0;
+    for (int32_t r = row + Lane() * a.grid_rows; r < in.num_requests; r += 32 * a.grid_rows) {
+      key = MinKey(key, verify_internal::CheckRequest(in, r));
+    }
+    for (int32_t m = row + Lane() * a.grid_rows; m < in.num_bitmasks; m += 32 * a.grid_rows) {
+      key = MinKey(key, verify_internal::CheckBitmask(in, m));
+    }
+    unsigned long long smallest = key == 0 ? ~0ull : key;
+    for (int o = 16; o > 0; o >>= 1) {
+      const unsigned long long other = __shfl_xor_sync(0xFFFFFFFFu, smallest, o);
+      smallest = other < smallest ? other : smallest;
+    }
+    if (Lane() == 0 && smallest != ~0ull) {
+      ReportError(ws, smallest);
+      __threadfence();
+    }
+  }
+  if (Warp() == 0) {
+    const int32_t r = row < in.total_q ? FindRequestWarp(in, row) : -1;
+    if (Lane() == 0) {
+      b.request = r;
+      b.info = row < in.total_q ? verify_internal::LocateRowIn(in, row, r) : verify_internal::UncoveredRow();
+      b.skip = b.info.kind == RowKind::kUncovered || b.info.kind == RowKind::kSkipped;
+    }
+  }
+  __syncthreads();
+  if (leader && tid == 0 && row < in.total_q) {
+    out.row_to_req[row] = b.info.request;
+    out.local_step[row] = b.info.local_step;
+    out.is_verify[row] = b.info.kind == RowKind::kVerify ? 1 : 0;
+    out.raw_accept[row] = 0;
+    out.candidate_token_ids[row] = -1;
+    out.token_logprobs[row] = 0.0f;
+  }
+  bool row_done = b.skip;
+
+  if (!row_done) {
+    // ---- 2. Warp 0: scalar setup and the row's bitmask; warps 1..: the
+    // row's slice of logits into shared memory (raw values; finiteness, max).
+    float best = kNegInf;
+    int32_t best_id = kNoId;
+    int32_t finite = 0;
+    int32_t bad = kNoId;
+    if (Warp() == 0) {
+      if (Lane() == 0) {
+        const RowSetup s = verify_internal::SetupLocatedRow(in, row, b.info);
+        b.greedy = s.greedy;
+        b.inv_temperature = s.inv_temperature;
+        b.top_k = s.top_k;
+        b.top_p = s.top_p;
+        b.seed = s.seed;
+        b.position = s.position;
+        b.draft = s.draft;
+        b.golden = s.golden;
+        b.p_draft = s.p_draft;
+        b.error_key = s.error_key;
+      }
+      int32_t first = kNoId;
+      int32_t count = 0;
+      if (in.bitmask_words == (v_size + 31) / 32) {  // else the step check reports it
+        for (int32_t m = Lane(); m < in.num_bitmasks; m += 32) {
+          if (in.bitmask_request_indices[m] == b.info.request &&
+              in.bitmask_steps[m] == b.info.local_step) {
+            first = min(first, m);
+            ++count;
+          }
+        }
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        first = min(first, __shfl_xor_sync(0xFFFFFFFFu, first, o));
+        count += __shfl_xor_sync(0xFFFFFFFFu, count, o);
+      }
+      if (Lane() == 0) {
+        b.mask = first == kNoId ? -1 : first;
+        b.masks = count;
+      }
+    } else {
+      const LogitT* row_logits =
+          static_cast<const LogitT*>(in.logits) + static_cast<int64_t>(row) * v_size + c0;
+      constexpr int kUnroll = 4;
+      const int loaders = kThreads - 32;
+      for (int32_t g0 = tid - 32; g0 < groups; g0 += loaders * kUnroll) {
+        float4 v[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int32_t g = g0 + u * loaders;
+          if (g < groups) {
+            if (4 * g + 3 < n) {
+              v[u] = LoadFour(row_logits + 4 * g, a.vector_logits);
+            } else {
+              float t[4];
+#pragma unroll
+              for (int j = 0; j < 4; ++j) {
+                t[j] = 4 * g + j < n ? LoadOne(row_logits + 4 * g + j) : kNegInf;
+              }
+              v[u] = make_float4(t[0], t[1], t[2], t[3]);
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int32_t g = g0 + u * loaders;
+          if (g >= groups) continue;
+          float t[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int32_t i = 4 * g + j;
+            if (i >= n) {
+              t[j] = kNegInf;
+              continue;
+            }
+            if (!IsFinite(t[j])) {
+              bad = min(bad, c0 + i);
+              t[j] = kNegInf;
+              continue;
+            }
+            ++finite;
+            if (t[j] > best) {
+              best = t[j];
+              best_id = c0 + i;
+            }
+          }
+          reinterpret_cast<float4*>(z)[g] = make_float4(t[0], t[1], t[2], t[3]);
+        }
+      }
+    }
+    __syncthreads();
+
+    // ---- 3. Temperature and bitmask, where they change anything.
+    const bool transform = b.mask >= 0 || b.inv_temperature != 1.0f;
+    if (transform) {
+      best = kNegInf;
+      best_id = kNoId;
+      finite = 0;
+      for (int32_t i = tid; i < n; i += kThreads) {
+        // Raw non-finite ids are -inf here and were recorded already.
+        float zi = ScaleLogit(z[i], b.inv_temperature);
+        const int32_t id = c0 + i;
+        if (!IsFinite(zi)) {
+          bad = min(bad, id);
+          zi = kNegInf;
+        } else if (b.mask >= 0 && !verify_internal::BitmaskAllows(in, b.mask, id)) {
+          zi = kNegInf;
+        }
+        z[i] = zi;
+        if (zi > kNegInf) {
+          ++finite;
+          if (MaxBeats(zi, id, best, best_id)) {
+            best = zi;
+            best_id = id;
+          }
+        }
+      }
+    }
+    BlockArgMax(&best, &best_id, scratch);
+    finite = BlockSumInt(finite, scratch);
+    bad = BlockMinInt(bad, scratch);
+    if (tid == 0) {
+      slots.max_z = best;
+      slots.argmax = best_id;
+      slots.allowed = finite;
+      slots.non_finite = bad;
+    }
+    cluster.sync();  // exchange 1: row max, argmax, allowed count, bad ids
+    if (tid == 0) {
+      float m = kNegInf;
+      int32_t arg = kNoId, allowed = 0, nf = kNoId;
+      for (int c = 0; c < splits; ++c) {
+        const ExchangeSlots* rs = cluster.map_shared_rank(&slots, c);
+        if (MaxBeats(rs->max_z, rs->argmax, m, arg)) {
+          m = rs->max_z;
+          arg = rs->argmax;
+        }
+        allowed += rs->allowed;
+        nf = min(nf, rs->non_finite);
+      }
+      b.row_max = m;
+      b.argmax = arg;
+      b.allowed = allowed;
+      b.non_finite = nf;
+      uint64_t key = b.error_key;
+      if (b.masks > 1) {
+        key = MinKey(key, ErrorKey(row, VerifyErrorCode::kDuplicateBitmask,
+                                   static_cast<uint32_t>(b.masks)));
+      }
+      if (nf != kNoId) {
+        key = MinKey(key, ErrorKey(row, VerifyErrorCode::kNonFiniteLogit,
+                                   static_cast<uint32_t>(nf)));
+      }
+      if (allowed == 0) key = MinKey(key, ErrorKey(row, VerifyErrorCode::kNoAllowedToken, 0));
+      b.error_key = key;
+    }
+    __syncthreads();
+    if (b.error_key != 0) {
+      if (leader && tid == 0) ReportError(ws, b.error_key);
+      row_done = true;
+    }
+  }
+
+  if (!row_done) {
+    const float row_max = b.row_max;
+    const bool verify = b.info.kind == RowKind::kVerify;
+    float threshold = kNegInf;
+    int exchanges = 0;  // mass slots used
+
+    // Sums the fixed-point mass of the kept ids across the cluster; with
+    // write_e, leaves e = exp(z - max) (0 where not kept) in shared memory.
+    auto cluster_mass = [&](float t, bool write_e) -> unsigned long long {
+      unsigned long long local = 0;
+      for (int32_t i = tid; i < n; i += kThreads) {
+        const float zi = z[i];
+        const float e = Kept(zi, t) ? ExpNonPositive(FSub(zi, row_max)) : 0.0f;
+        local += ToFixed(e);
+        if (write_e) z[i] = e;
+      }
+      local = BlockSumU64(local, scratch);
+      const int slot = exchanges++;
+      if (tid == 0) slots.mass[slot] = local;
+      cluster.sync();
+      if (tid == 0) {
+        unsigned long long total = 0;
+        for (int c = 0; c < splits; ++c) total += cluster.map_shared_rank(&slots, c)->mass[slot];
+        b.mass = total;
+      }
+      __syncthreads();
+      return b.mass;
+    };
+
+    // One radix round over the keys matching `prefix` on the bits above
+    // `shift`: histogram of counts (and masses of ids kept at `t`), summed
+    // over the cluster into scratch.bins / scratch.bin_mass.
+    int round = 0;
+    auto radix_round = [&](uint32_t prefix, int shift, bool with_mass, float t) {
+      const int buf = round++ & 1;
+      const uint32_t high_mask = shift == 24 ? 0u : (0xFFFFFFFFu << (shift + 8));
+      for (int i = tid; i < 256; i += kThreads) {
+        slots.hist_count[buf][i] = 0;
+        slots.hist_mass[buf][i] = 0;
+      }
+      __syncthreads();
+      for (int32_t i = tid; i < n; i += kThreads) {
+        const float zi = z[i];
+        if (with_mass && !Kept(zi, t)) continue;
+        const uint32_t key = KeyOf(zi);
+        if ((key & high_mask) != (prefix & high_mask)) continue;
+        const uint32_t bin = (key >> shift) & 0xFFu;
+        atomicAdd(&slots.hist_count[buf][bin], 1u);
+        if (with_mass) {
+          atomicAdd(&slots.hist_mass[buf][bin],
+                    static_cast<unsigned long long>(ToFixed(ExpNonPositive(FSub(zi, row_max)))));
+        }
+      }
+      __syncthreads();
+      cluster.sync();
+      for (int i = tid; i < 256; i += kThreads) {
+        uint32_t count = 0;
+        unsigned long long mass = 0;
+        for (int c = 0; c < splits; ++c) {
+          const ExchangeSlots* rs = cluster.map_shared_rank(&slots, c);
+          count += rs->hist_count[buf][i];
+          mass += rs->hist_mass[buf][i];
+        }
+        scratch.bins[i] = count;
+        scratch.bin_mass[i] = mass;
+      }
+      __syncthreads();
+    };
+
+    unsigned long long mass;
+    if (b.greedy) {
+      mass = cluster_mass(kNegInf, false);
+    } else {
+      // Top-k: the k-th largest z, by radix selection on order keys.
+      if (b.top_k > 0 && b.top_k < b.allowed) {
+        if (tid == 0) {
+          b.prefix = 0;
+          b.remaining = static_cast<uint32_t>(b.top_k);
+        }
+        __syncthreads();
+        for (int shift = 24; shift >= 0; shift -= 8) {
+          radix_round(b.prefix, shift, false, kNegInf);
+          if (tid == 0) {
+            uint32_t above = 0;
+            int bin = 255;
+            for (; bin > 0; --bin) {
+              if (above + scratch.bins[bin] >= b.remaining) break;
+              above += scratch.bins[bin];
+            }
+            b.remaining -= above;
+            b.prefix |= static_cast<uint32_t>(bin) << shift;
+          }
+          __syncthreads();
+        }
+        threshold = FromOrderKey(b.prefix);
+      }
+      const bool top_p = b.top_p < 1.0f;
+      mass = cluster_mass(threshold, !top_p);
+      if (top_p) {
+        // Top-p: the smallest kept value v with mass(z > v) < top_p * mass.
+        const double limit = DMul(static_cast<double>(b.top_p), FixedToDouble(mass));
+        if (tid == 0) {
+          b.prefix = 0;
+          b.mass_above = 0;
+        }
+        __syncthreads();
+        for (int shift = 24; shift >= 0; shift -= 8) {
+          radix_round(b.prefix, shift, true, threshold);
+          if (tid == 0) {
+            unsigned long long g = b.mass_above;
+            int chosen = -1;
+            unsigned long long g_chosen = g;
+            for (int bin = 255; bin >= 0; --bin) {
+              if (scratch.bins[bin] == 0) continue;
+              if (!(FixedToDouble(g) < limit)) break;
+              chosen = bin;
+              g_chosen = g;
+              g += scratch.bin_mass[bin];
+            }
+            if (chosen >= 0) {  // always true: the largest kept value qualifies
+              b.prefix |= static_cast<uint32_t>(chosen) << shift;
+              b.mass_above = g_chosen;
+            }
+          }
+          __syncthreads();
+        }
+        threshold = FromOrderKey(b.prefix);
+        mass = cluster_mass(threshold, true);
+      }
+    }
+    const float mass_f = FixedToFloat(mass);
+
+    // ---- 4. The decision (same inputs in every CTA of the cluster).
+    if (tid == 0) {
+      int mode = 0;
+      int32_t candidate = -1;
+      bool raw = true;
+      if (b.greedy) {
+        candidate = b.golden >= 0 ? b.golden : b.argmax;
+        raw = !verify || b.draft == candidate;
+      } else if (b.golden >= 0) {
+        candidate = b.golden;
+        raw = !verify || b.draft == b.golden;
+      } else if (verify) {
+        const float zd = verify_internal::ProcessedLogit(in, row, b.mask, b.draft, b.inv_temperature);
+        const float q_draft =
+            Kept(zd, threshold) ? FDiv(ExpNonPositive(FSub(zd, row_max)), mass_f) : 0.0f;
+        raw = AcceptDraft(verify_internal::AcceptUniform(b.seed, b.position), b.p_draft, q_draft);
+        if (raw) {
+          candidate = b.draft;
+        } else {
+          mode = 1;
+        }
+      } else {
+        mode = 2;
+      }
+      b.race_id = candidate;
+      b.mode = mode;
+      b.raw = raw;
+    }
+    __syncthreads();
+    int mode = b.mode;
+    const bool raw = b.raw;
+
+    // ---- 5. Exponential races over e (residual, or q itself).
+    for (int attempt = 0; mode != 0; ++attempt) {
+      const bool residual = mode == 1;
+      const RandomStream stream =
+          (residual || attempt > 0) ? RandomStream::kResidual : RandomStream::kBonus;
+      const float alpha_s = FMul(a.alpha, mass_f);
+      const bool sparse = in.draft_probs == nullptr;
+      const int64_t j = b.info.draft_index;
+      const float* p_row =
+          residual && !sparse ? in.draft_probs + j * in.draft_vocab_size + c0 : nullptr;
+      if (residual && sparse) {
+        for (int w = tid; w < (a.chunk + 31) / 32; w += kThreads) listed[w] = 0;
+        __syncthreads();
+        for (int32_t i = tid; i < in.draft_topk; i += kThreads) {
+          const int32_t id = in.draft_topk_ids[j * in.draft_topk + i] - c0;
+          if (id >= 0 && id < n) atomicOr(&listed[id >> 5], 1u << (id & 31));
+        }
+        __syncthreads();
+      }
+      float best_key = 0.0f;
+      int32_t best_id = kNoId;
+      int32_t bad_p = kNoId;
+      // p of group g (zeros past the slice; dense residual rows only).
+      const auto load_p = [&](int32_t g) {
+        if (p_row == nullptr || g >= groups) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (a.vector_probs && 4 * g + 3 < n) return __ldcs(reinterpret_cast<const float4*>(p_row) + g);
+        float t[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) t[q] = 4 * g + q < n ? __ldcs(p_row + 4 * g + q) : 0.0f;
+        return make_float4(t[0], t[1], t[2], t[3]);
+      };
+      float4 p_next = load_p(tid);  // one group ahead: the next load flies during the math
+      for (int32_t g = tid; g < groups; g += kThreads) {
+        const float4 e4 = reinterpret_cast<const float4*>(z)[g];
+        const float4 p_cur = p_next;
+        p_next = load_p(g + kThreads);
+        float w4[4];
+        bool any = false;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int32_t i = 4 * g + q;
+          const float e = Get(e4, q);
+          float w = e;
+          if (residual) {
+            const float pq = Get(p_cur, q);
+            if (p_row != nullptr && i < n && (!(pq >= 0.0f) || !IsFinite(pq))) {
+              bad_p = min(bad_p, c0 + i);
+            }
+            const bool is_listed = sparse && i < n && ((listed[i >> 5] >> (i & 31)) & 1u);
+            w = is_listed ? 0.0f : ResidualWeight(e, alpha_s, pq);
+          }
+          w4[q] = i < n ? w : 0.0f;
+          any |= w4[q] > 0.0f;
+        }
+        if (!any) continue;
+        const PhiloxBlock bits =
+            PhiloxDraw(b.seed, b.position, 0, stream, static_cast<uint32_t>((c0 >> 2) + g));
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          if (w4[q] > 0.0f) {
+            const float u = UniformOpen01(bits.v[q]);
+            if (RaceCannotBeat(w4[q], u, best_key)) continue;
+            const float key = RaceKey(w4[q], -LogPositive(u));
+            if (RaceBeats(key, c0 + 4 * g + q, best_key, best_id)) {
+              best_key = key;
+              best_id = c0 + 4 * g + q;
+            }
+          }
+        }
+      }
+      if (residual && sparse) {
+        // Listed ids: p is the sum of their entries, in list order.
+        for (int32_t i = tid; i < in.draft_topk; i += kThreads) {
+          const int32_t id = in.draft_topk_ids[j * in.draft_topk + i];
+          if (id < c0 || id >= c0 + n) continue;
+          bool first = true;
+          float p = 0.0f;
+          for (int32_t k = 0; k < in.draft_topk; ++k) {
+            if (in.draft_topk_ids[j * in.draft_topk + k] != id) continue;
+            if (k < i) first = false;
+            p = FAdd(p, in.draft_topk_probs[j * in.draft_topk + k]);
+          }
+          if (!first) continue;
+          const float w = ResidualWeight(z[id - c0], alpha_s, p);
+          if (w <= 0.0f) continue;
+          const PhiloxBlock bits = PhiloxDraw(b.seed, b.position, 0, stream,
+                                              static_cast<uint32_t>(id >> 2));
+          const int lane4 = id & 3;
+          const uint32_t word = lane4 == 0 ? bits.v[0] : lane4 == 1 ? bits.v[1]
+                              : lane4 == 2 ? bits.v[2] : bits.v[3];
+          const float key = RaceKey(w, RaceExponential(word));
+          if (RaceBeats(key, id, best_key, best_id)) {
+            best_key = key;
+            best_id = id;
+          }
+        }
+      }
+      BlockRaceBest(&best_key, &best_id, scratch);
+      bad_p = BlockMinInt(bad_p, scratch);
+      const int slot = attempt < 2 ? attempt : 1;
+      if (tid == 0) {
+        slots.race_key[slot] = best_key;
+        slots.race_id[slot] = best_id;
+        slots.bad_p[slot] = bad_p;
+      }
+      cluster.sync();
+      if (tid == 0) {
+        float k = 0.0f;
+        int32_t id = kNoId, bp = kNoId;
+        for (int c = 0; c < splits; ++c) {
+          const ExchangeSlots* rs = cluster.map_shared_rank(&slots, c);
+          if (RaceBeats(rs->race_key[slot], rs->race_id[slot], k, id)) {
+            k = rs->race_key[slot];
+            id = rs->race_id[slot];
+          }
+          bp = min(bp, rs->bad_p[slot]);
+        }
+        b.race_id = id;
+        b.bad_p = bp;
+      }
+      __syncthreads();
+      if (b.bad_p != kNoId) {
+        if (leader && tid == 0) {
+          ReportError(ws, ErrorKey(row, VerifyErrorCode::kBadDraftProb,
+                                   static_cast<uint32_t>(b.bad_p)));
+        }
+        row_done = true;
+        break;
+      }
+      // An empty residual (p not normalised) falls back to q itself; e is
+      // still in shared memory.
+      mode = (b.race_id == kNoId && residual) ? 2 : 0;
+    }
+
+    // ---- 6. The leader writes the row.
+    if (!row_done && leader && tid == 0) {
+      const int32_t candidate = b.race_id;
+      out.raw_accept[row] = raw ? 1 : 0;
+      out.candidate_token_ids[row] = candidate;
+      const float zc = verify_internal::ProcessedLogit(in, row, b.mask, candidate, b.inv_temperature);
+      out.token_logprobs[row] = Kept(zc, threshold)
+                                    ? verify_internal::KeptLogprob(zc, row_max, mass_f)
+                                    : kNegInf;
+    }
+  }
+
+  // ---- 7. No CTA leaves while another may read its slots; then the leader
+  // counts the row, and the CTA that counts the last row runs the tail.
+  cluster.sync();
+  if (!leader) return;
+  if (tid == 0) {
+    __threadfence();
+    const unsigned int done = atomicAdd(&ws->done, 1u);
+    b.is_last = done + 1 == static_cast<unsigned int>(a.grid_rows);
+  }
+  __syncthreads();
+  if (!b.is_last) return;
+  __threadfence();
+
+  // ---- 8. Tail: the accepted prefix, the counters, the error record.
+  if (tid == 0) {
+    const unsigned long long acc = atomicAdd(&ws->error_acc, 0ull);
+    b.final_key = acc == 0 ? 0 : ~acc;
+  }
+  __syncthreads();
+  const unsigned long long final_key = b.final_key;
+  if (final_key == 0) {
+    const int32_t slots_used = in.config.nextn;
+    for (int32_t s = tid; s < slots_used; s += kThreads) {
+      scratch.counters[0][s] = 0;
+      scratch.counters[1][s] = 0;
+    }
+    // Stage the rows' decisions in this CTA's (now free) shared memory when
+    // they fit: the walk over each request's rows then waits on no loads.
+    const int32_t rows = in.total_q;
+    const bool staged = static_cast<int64_t>(rows) * 5 <= static_cast<int64_t>(a.chunk) * 4;
+    int32_t* staged_candidate = reinterpret_cast<int32_t*>(z);
+    uint8_t* staged_raw = reinterpret_cast<uint8_t*>(staged_candidate + rows);
+    if (staged) {
+      for (int32_t r = tid; r < rows; r += kThreads) {
+        staged_candidate[r] = __ldcg(out.candidate_token_ids + r);
+        staged_raw[r] = __ldcg(out.raw_accept + r);
+      }
+    }
+    __syncthreads();
+    for (int32_t r = tid; r < in.num_requests; r += kThreads) {
+      verify_internal::FinalizeRequest(
+          in, out, r,
+          [&](int32_t row) {
+            return (staged ? staged_raw[row] : __ldcg(out.raw_accept + row)) != 0;
+          },
+          [&](int32_t row) {
+            return staged ? staged_candidate[row] : __ldcg(out.candidate_token_ids + row);
+          },
+          [&](int which, int32_t slot) { atomicAdd(&scratch.counters[which][slot], 1); });
+    }
+    __syncthreads();
+    for (int32_t s = tid; s < slots_used; s += kThreads) {
+      out.num_generated_tokens[s] = scratch.counters[0][s];
+      out.num_verified_tokens[s] = scratch.counters[1][s];
+    }
+  }
+  if (tid == 0) {
+    *out.error = verify_internal::MakeErrorRecord(in, final_key);
+    ws->done = 0;
+    ws->error_acc = 0;
+    __threadfence();
+  }
+}
+
+// A launch failure, without Abseil (the launcher also links into a shared
+// library for the benchmark, where the system's static Abseil cannot go).
+struct LaunchError {
+  LaunchStatus code = LaunchStatus::kOk;
+  std::string message;
+};
+
+LaunchStatus Fail(LaunchError* error, LaunchStatus code, std::string message) {
+  error->code = code;
+  error->message = std::move(message);
+  return code;
+}
+
+#define VERDICT_LAUNCH_CUDA(expr)                                                       \
+  do {                                                                                  \
+    const cudaError_t launch_err = (expr);                                              \
+    if (launch_err != cudaSuccess) {                                                    \
+      return Fail(error, LaunchStatus::kCudaError,                                      \
+                  std::string(#expr) + " failed: " + cudaGetErrorName(launch_err) + ": " + \
+                      cudaGetErrorString(launch_err));                                  \
+    }                                                                                   \
+  } while (0)
+
+// Launch configurations already checked with cudaOccupancyMaxActiveClusters
+// (a host call too slow to repeat on every step).
+struct CheckedConfig {
+  int64_t splits = 0;
+  int64_t dynamic_smem = 0;
+  bool fits = false;
+};
+
+struct DeviceInfo {
+  int sms = 0;
+  size_t smem_optin = 0;
+  size_t smem_per_sm = 0;
+  bool attributes_set[2] = {false, false};
+  cudaFuncAttributes attributes[2];
+  CheckedConfig checked[2][8];
+  int next_checked[2] = {0, 0};
+};
+
+LaunchStatus GetDeviceInfo(DeviceInfo** info, LaunchError* error) {
+  static DeviceInfo infos[64];
+  int device = 0;
+  VERDICT_LAUNCH_CUDA(cudaGetDevice(&device));
+  if (device < 0 || device >= 64) {
+    return Fail(error, LaunchStatus::kCudaError, "verify sampler: device id > 63");
+  }
+  DeviceInfo& d = infos[device];
+  if (d.sms == 0) {
+    int optin = 0, per_sm = 0, sms = 0;
+    VERDICT_LAUNCH_CUDA(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    VERDICT_LAUNCH_CUDA(
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    VERDICT_LAUNCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    d.smem_optin = static_cast<size_t>(optin);
+    d.smem_per_sm = static_cast<size_t>(per_sm);
+    d.sms = sms;
+  }
+  *info = &d;
+  return LaunchStatus::kOk;
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+template <typename LogitT>
+LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_index,
+                    cudaStream_t stream, LaunchError* error) {
+  KernelArgs args = args_in;
+  auto kernel = VerifySampleKernel<LogitT>;
+  cudaFuncAttributes& attributes = device.attributes[dtype_index];
+  if (!device.attributes_set[dtype_index]) {
+    VERDICT_LAUNCH_CUDA(cudaFuncGetAttributes(&attributes, kernel));
+    VERDICT_LAUNCH_CUDA(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(device.smem_optin - attributes.sharedSizeBytes)));
+    VERDICT_LAUNCH_CUDA(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    device.attributes_set[dtype_index] = true;
+  }
+  const int64_t v = args.in.vocab_size;
+  const int64_t rows = args.grid_rows;
+  const bool sparse = args.in.draft_probs == nullptr;
+  const auto chunk_of = [&](int64_t splits) { return CeilDiv(CeilDiv(v, splits), 8) * 8; };
+  const auto dynamic_of = [&](int64_t splits) {
+    const int64_t chunk = chunk_of(splits);
+    return chunk * 4 + (sparse ? CeilDiv(chunk, 32) * 4 + 16 : 0);
+  };
+  const int64_t static_smem = static_cast<int64_t>(attributes.sharedSizeBytes);
+  const int64_t fixed = static_smem + 1024;  // + the per-CTA reservation
+  const int64_t two_per_sm = static_cast<int64_t>(device.smem_per_sm) / 2 - fixed;
+  const int64_t one_per_sm = std::min(static_cast<int64_t>(device.smem_optin) - static_smem,
+                                      static_cast<int64_t>(device.smem_per_sm) - fixed);
+  int64_t min_splits = 0;
+  for (int64_t s = 1; s <= kMaxSplits && min_splits == 0; ++s) {
+    if (dynamic_of(s) <= two_per_sm) min_splits = s;
+  }
+  for (int64_t s = 1; s <= kMaxSplits && min_splits == 0; ++s) {
+    if (dynamic_of(s) <= one_per_sm) min_splits = s;
+  }
+  if (min_splits == 0) {
+    return Fail(error, LaunchStatus::kUnsupported,
+                "verify sampler: vocabulary " + std::to_string(v) + " does not fit " +
+                    std::to_string(kMaxSplits) + " CTAs of shared memory");
+  }
+  // Enough CTAs to fill the GPU twice over, each with at least 2048 ids.
+  int64_t splits = std::max(min_splits, CeilDiv(2 * device.sms, rows));
+  splits = std::min<int64_t>(splits, std::max(min_splits, CeilDiv(v, 2048)));
+  splits = std::min<int64_t>(splits, kMaxSplits);
+
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  config.blockDim = dim3(kThreads, 1, 1);
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  for (;;) {
+    args.splits = static_cast<int32_t>(splits);
+    args.chunk = static_cast<int32_t>(chunk_of(splits));
+    config.gridDim = dim3(static_cast<unsigned>(rows * splits), 1, 1);
+    config.dynamicSmemBytes = static_cast<size_t>(dynamic_of(splits));
+    attribute[0].val.clusterDim.x = static_cast<unsigned>(splits);
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    const int64_t dynamic = dynamic_of(splits);
+    const CheckedConfig* known = nullptr;
+    for (const CheckedConfig& c : device.checked[dtype_index]) {
+      if (c.splits == splits && c.dynamic_smem == dynamic) known = &c;
+    }
+    if (known == nullptr) {
+      int clusters = 0;
+      const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+      if (err != cudaSuccess) (void)cudaGetLastError();
+      CheckedConfig& slot = device.checked[dtype_index][device.next_checked[dtype_index]++ % 8];
+      slot = CheckedConfig{splits, dynamic, err == cudaSuccess && clusters > 0};
+      known = &slot;
+    }
+    if (known->fits) break;
+    if (splits == min_splits) {
+      return Fail(error, LaunchStatus::kUnsupported,
+                  "verify sampler: no cluster of " + std::to_string(splits) +
+                      " CTAs fits this GPU");
+    }
+    splits = std::max(min_splits, splits / 2);
+  }
+  VERDICT_LAUNCH_CUDA(cudaLaunchKernelEx(&config, kernel, args));
+  return LaunchStatus::kOk;
+}
+
+}  // namespace
+
+namespace verify_internal {
+
+LaunchStatus LaunchVerifySample(const VerifyInputs& in, VerifyOutputs* out, void* cuda_stream,
+                                uint64_t* step_error_key, std::string* message) {
+  LaunchError error;
+  *step_error_key = 0;
+  const auto finish = [&](LaunchStatus status) {
+    if (message != nullptr) *message = error.message;
+    return status;
+  };
+  if (out == nullptr || out->error == nullptr || out->workspace == nullptr) {
+    return finish(Fail(&error, LaunchStatus::kInvalidArgument,
+                       "verify sampler: outputs, error and workspace are required"));
+  }
+  // Step-level checks read no device memory: refuse bad shapes before launching.
+  if (const uint64_t key = CheckStep(in); key != 0) {
+    *step_error_key = key;
+    return finish(Fail(&error, LaunchStatus::kInvalidArgument, "verify sampler: bad step"));
+  }
+  const bool rows_ok = in.total_q == 0 ||
+                       (out->row_to_req && out->local_step && out->is_verify && out->raw_accept &&
+                        out->accept && out->is_final && out->verified_token_ids &&
+                        out->candidate_token_ids && out->token_logprobs);
+  const bool requests_ok = in.num_requests == 0 || (out->last_valid_offset &&
+                                                    out->sampled_token_ids &&
+                                                    out->emitted_stop_token);
+  const bool steps_ok =
+      in.config.nextn <= 0 || (out->num_generated_tokens && out->num_verified_tokens);
+  if (!rows_ok || !requests_ok || !steps_ok || out->confidence_stride < 0) {
+    return finish(Fail(&error, LaunchStatus::kInvalidArgument,
+                       "verify sampler: an output array is missing for a non-empty dimension"));
+  }
+  DeviceInfo* device = nullptr;
+  if (GetDeviceInfo(&device, &error) != LaunchStatus::kOk) return finish(error.code);
+
+  KernelArgs args;
+  args.in = in;
+  args.out = *out;
+  args.alpha = static_cast<float>(std::exp(-static_cast<double>(in.config.penalty)));
+  args.grid_rows = std::max(in.total_q, 1);
+  const bool bf16 = in.logits_dtype == LogitsDtype::kBFloat16;
+  const uintptr_t logits_addr = reinterpret_cast<uintptr_t>(in.logits);
+  args.vector_logits = in.vocab_size % 4 == 0 && logits_addr % (bf16 ? 8 : 16) == 0;
+  args.vector_probs = in.draft_probs != nullptr && in.vocab_size % 4 == 0 &&
+                      reinterpret_cast<uintptr_t>(in.draft_probs) % 16 == 0;
+  args.splits = 1;
+  args.chunk = 8;
+  const cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
+  const LaunchStatus status = bf16 ? Launch<uint16_t>(args, *device, 1, stream, &error)
+                                   : Launch<float>(args, *device, 0, stream, &error);
+  return finish(status);
+}
+
+}  // namespace verify_internal
+}  // namespace verdict

@@ -1,0 +1,454 @@
+// Parity of the CUDA verify sampler with its CPU twin on random steps.
+//
+// Both backends share their arithmetic (kernels/sampling_math.h), so every
+// decision is expected to agree bit for bit. A row whose decision differs is
+// still accepted if, recomputed in double precision, the decision sits within
+// float rounding of its threshold (the accept test u * p = q, the two best
+// keys of an exponential race, or a top-p boundary mass): then either answer
+// is a correct rounding. Every such row is checked and counted.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/philox.h"
+#include "kernels/verify_sampler.h"
+#include "kernels/verify_step.h"
+#include "kernels/verify_step_device.h"
+
+namespace verdict {
+namespace {
+
+// Relative distance to a threshold that float rounding can explain.
+constexpr double kRoundingTolerance = 1e-5;
+
+struct StepShape {
+  std::string name;
+  int32_t vocab = 1000;
+  int32_t requests = 8;
+  int32_t nextn = 5;
+  bool sparse = false;
+  bool bf16 = false;
+  bool features = true;  // greedy rows, top-k/top-p, masks, golden ids, cutoffs, stops
+  uint64_t salt = 1;
+};
+
+std::vector<double> Softmax(const std::vector<float>& logits, double temperature) {
+  double m = -1e300;
+  for (const float x : logits) m = std::max(m, static_cast<double>(x));
+  std::vector<double> q(logits.size());
+  double sum = 0;
+  for (size_t i = 0; i < q.size(); ++i) sum += q[i] = std::exp((logits[i] - m) / temperature);
+  for (double& x : q) x /= sum;
+  return q;
+}
+
+HostVerifyStep RandomStep(const StepShape& shape) {
+  std::mt19937_64 gen(shape.salt);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const int32_t v = shape.vocab;
+  HostVerifyStep step(v, SamplerConfig{.nextn = shape.nextn}, shape.sparse);
+  for (int32_t i = 0; i < shape.requests; ++i) {
+    VerifyRequest r;
+    const int32_t drafts = 1 + static_cast<int32_t>(gen() % shape.nextn);
+    r.seed = gen();
+    r.position = static_cast<int64_t>(gen() % 100000);
+    if (shape.features) {
+      const int kind = static_cast<int>(gen() % 6);
+      r.temperature = kind == 0 ? 0.0f : kind == 1 ? 0.6f : 1.0f;
+      r.top_k = gen() % 4 == 0 ? 1 + static_cast<int32_t>(gen() % 50) : 0;
+      r.top_p = gen() % 4 == 0 ? 0.5f + 0.4f * static_cast<float>(unit(gen)) : 1.0f;
+      r.verify_len = gen() % 4 == 0 ? static_cast<int32_t>(gen() % (drafts + 1)) : -1;
+    }
+    for (int k = 0; k <= drafts; ++k) {
+      std::vector<float> row(v);
+      for (float& x : row) x = normal(gen);
+      r.logits.push_back(row);
+    }
+    for (int k = 0; k < drafts; ++k) {
+      // The draft distribution: the target's, perturbed (so that many drafts
+      // pass), or independent (so that many are rejected).
+      std::vector<double> p = Softmax(r.logits[k], 1.0);
+      if (gen() % 2 == 0) {
+        std::vector<float> noisy(v);
+        for (float& x : noisy) x = normal(gen);
+        p = Softmax(noisy, 1.0);
+      } else {
+        for (double& x : p) x *= std::exp(0.3 * normal(gen) / 3.0);
+        double sum = 0;
+        for (const double x : p) sum += x;
+        for (double& x : p) x /= sum;
+      }
+      std::discrete_distribution<int32_t> draw(p.begin(), p.end());
+      r.draft_token_ids.push_back(draw(gen));
+      if (shape.sparse) {
+        // The 32 largest entries of p.
+        std::vector<int32_t> ids(v);
+        for (int32_t id = 0; id < v; ++id) ids[id] = id;
+        std::partial_sort(ids.begin(), ids.begin() + std::min(32, v), ids.end(),
+                          [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+        std::vector<std::pair<int32_t, float>> list;
+        for (int t = 0; t < std::min(32, v); ++t) {
+          list.push_back({ids[t], static_cast<float>(p[ids[t]])});
+        }
+        r.draft_topk.push_back(list);
+      } else {
+        r.draft_probs.push_back(std::vector<float>(p.begin(), p.end()));
+      }
+    }
+    if (shape.features) {
+      if (gen() % 5 == 0) {
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < v; ++id) {
+          if (gen() % 3 == 0) allowed.push_back(id);
+        }
+        allowed.push_back(r.draft_token_ids[0]);
+        r.bitmasks.push_back({0, BitmaskAllowing(v, allowed)});
+      }
+      if (gen() % 6 == 0) {
+        r.golden_token_ids.assign(drafts + 1, -1);
+        r.golden_token_ids[gen() % (drafts + 1)] = static_cast<int32_t>(gen() % v);
+      }
+      if (gen() % 3 == 0) r.stop_token_ids = {static_cast<int32_t>(gen() % v), r.draft_token_ids[0]};
+    }
+    step.Add(r);
+  }
+  if (shape.bf16) step.UseBFloat16Logits();
+  return step;
+}
+
+struct RunResult {
+  HostVerifyOutputs out;
+  absl::Status status;
+};
+
+RunResult RunOnCpu(const HostVerifyStep& step, int32_t stride) {
+  const VerifyInputs in = step.Inputs();
+  RunResult result{HostVerifyOutputs(in, stride), absl::OkStatus()};
+  VerifyOutputs view = result.out.View();
+  result.status = VerifySampleCpu(in, &view);
+  return result;
+}
+
+RunResult RunOnGpu(const HostVerifyStep& step, int32_t stride) {
+  const VerifyInputs host_in = step.Inputs();
+  RunResult result{HostVerifyOutputs(host_in, stride), absl::OkStatus()};
+  auto device_step = DeviceVerifyStep::Create(step);
+  EXPECT_TRUE(device_step.ok()) << device_step.status();
+  auto device_out = DeviceVerifyOutputs::Create((*device_step)->Inputs(), stride);
+  EXPECT_TRUE(device_out.ok()) << device_out.status();
+  const absl::Status launch =
+      InvokeVerifySample((*device_step)->Inputs(), (*device_out)->View(), nullptr);
+  EXPECT_TRUE(launch.ok()) << launch;
+  result.status = ReadVerifyError(*(*device_out)->View(), nullptr);
+  const absl::Status copy = (*device_out)->CopyTo(&result.out);
+  EXPECT_TRUE(copy.ok()) << copy;
+  return result;
+}
+
+// ---------------------------------------------------------------- margins
+
+// The logits of a row as the sampler sees them (bitmask applied), in double.
+struct RowView {
+  std::vector<double> z;
+  double max = -INFINITY;
+};
+
+RowView ViewRow(HostVerifyStep& step, const VerifyInputs& in, int32_t row, int32_t r, int32_t k) {
+  RowView view;
+  const float t = in.temperatures[r];
+  const float inv_t = t > 0 ? 1.0f / t : 1.0f;
+  int32_t mask = -1;
+  for (int32_t m = 0; m < in.num_bitmasks; ++m) {
+    if (in.bitmask_request_indices[m] == r && in.bitmask_steps[m] == k) mask = m;
+  }
+  view.z.resize(in.vocab_size);
+  for (int32_t v = 0; v < in.vocab_size; ++v) {
+    const size_t index = static_cast<size_t>(row) * in.vocab_size + v;
+    float logit = step.logits()[index];
+    if (in.logits_dtype == LogitsDtype::kBFloat16) {
+      const uint32_t bits = static_cast<uint32_t>(step.logits_bf16()[index]) << 16;
+      std::memcpy(&logit, &bits, sizeof(logit));
+    }
+    double z = static_cast<double>(logit) * inv_t;
+    if (mask >= 0 && !((in.bitmask_bits[static_cast<size_t>(mask) * in.bitmask_words + (v >> 5)] >>
+                        (v & 31)) & 1u)) {
+      z = -INFINITY;
+    }
+    view.z[v] = z;
+    view.max = std::max(view.max, z);
+  }
+  return view;
+}
+
+double RelGap(double a, double b) {
+  const double scale = std::max({std::fabs(a), std::fabs(b), 1e-300});
+  return std::fabs(a - b) / scale;
+}
+
+// The smallest relative distance of any of the row's decisions to its
+// threshold, recomputed in double.
+double DecisionMargin(HostVerifyStep& step, int32_t row) {
+  const VerifyInputs in = step.Inputs();
+  int32_t r = 0;
+  while (r + 1 < in.num_requests && in.first_token_positions[r + 1] <= row) ++r;
+  const int32_t k = row - in.first_token_positions[r];
+  const RowView view = ViewRow(step, in, row, r, k);
+  const int32_t v_size = in.vocab_size;
+  double margin = INFINITY;
+
+  if (in.temperatures[r] == 0.0f) {  // greedy: the two largest logits
+    std::vector<double> z = view.z;
+    std::partial_sort(z.begin(), z.begin() + 2, z.end(), std::greater<double>());
+    return RelGap(z[0], z[1]);
+  }
+  // The kept set: top-k (exact float order), then top-p; margins of top-p.
+  std::vector<double> e(v_size, 0.0);
+  std::vector<int32_t> order(v_size);
+  for (int32_t v = 0; v < v_size; ++v) order[v] = v;
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return view.z[a] > view.z[b]; });
+  int32_t kept = 0;
+  for (int32_t v = 0; v < v_size; ++v) kept += view.z[v] > -INFINITY;
+  const int32_t top_k = in.top_ks[r];
+  if (top_k > 0 && top_k < kept) {
+    const double t = view.z[order[top_k - 1]];
+    kept = 0;
+    while (kept < v_size && view.z[order[kept]] >= t) ++kept;
+  }
+  double total = 0;
+  for (int32_t i = 0; i < kept; ++i) total += std::exp(view.z[order[i]] - view.max);
+  if (in.top_ps[r] < 1.0f) {
+    const double limit = static_cast<double>(in.top_ps[r]) * total;
+    double above = 0;
+    int32_t i = 0;
+    while (i < kept) {
+      int32_t j = i;
+      double group = 0;
+      while (j < kept && view.z[order[j]] == view.z[order[i]]) {
+        group += std::exp(view.z[order[j]] - view.max);
+        ++j;
+      }
+      margin = std::min(margin, RelGap(above, limit));
+      if (!(above < limit)) break;
+      above += group;
+      i = j;
+    }
+    kept = i;
+    total = above;
+  }
+  for (int32_t i = 0; i < kept; ++i) e[order[i]] = std::exp(view.z[order[i]] - view.max) / total;
+
+  const uint64_t seed = in.seeds[r];
+  const int64_t position = in.positions[r] + k;
+  const int32_t verify_len =
+      in.verify_lens[r] < 0 ? in.seqlen_q[r] - 1 : std::min(in.verify_lens[r], in.seqlen_q[r] - 1);
+  const auto race = [&](const std::vector<double>& w, RandomStream stream) {
+    double best = 0, second = 0;
+    for (int32_t v = 0; v < v_size; ++v) {
+      if (w[v] <= 0) continue;
+      const uint32_t bits = PhiloxDraw(seed, position, 0, stream, v >> 2).v[v & 3];
+      const double key = w[v] / -std::log(static_cast<double>(UniformOpen01(bits)));
+      if (key > best) {
+        second = best;
+        best = key;
+      } else if (key > second) {
+        second = key;
+      }
+    }
+    return best > 0 ? RelGap(best, second) : INFINITY;
+  };
+  if (k < verify_len) {
+    const int32_t j = in.first_token_positions[r] - r + k;
+    const int32_t d = in.draft_token_ids[j];
+    std::vector<double> p(v_size, 0.0);
+    if (in.draft_probs) {
+      for (int32_t v = 0; v < v_size; ++v) p[v] = in.draft_probs[static_cast<size_t>(j) * v_size + v];
+    } else {
+      for (int32_t i = 0; i < in.draft_topk; ++i) {
+        p[in.draft_topk_ids[j * in.draft_topk + i]] += in.draft_topk_probs[j * in.draft_topk + i];
+      }
+    }
+    const double u = UniformOpen01(PhiloxDraw(seed, position, 0, RandomStream::kAccept, 0).v[0]);
+    margin = std::min(margin, RelGap(u * p[d], e[d]));
+    const double alpha = std::exp(-static_cast<double>(in.config.penalty));
+    std::vector<double> w(v_size);
+    for (int32_t v = 0; v < v_size; ++v) w[v] = std::max(e[v] - alpha * p[v], 0.0);
+    margin = std::min(margin, race(w, RandomStream::kResidual));
+  } else {
+    margin = std::min(margin, race(e, RandomStream::kBonus));
+  }
+  return margin;
+}
+
+// ---------------------------------------------------------------- parity
+
+void ExpectParity(const StepShape& shape) {
+  SCOPED_TRACE(shape.name);
+  HostVerifyStep step = RandomStep(shape);
+  const int32_t stride = 3;
+  const RunResult cpu = RunOnCpu(step, stride);
+  ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+  const RunResult gpu = RunOnGpu(step, stride);
+  ASSERT_TRUE(gpu.status.ok()) << gpu.status;
+  const VerifyInputs in = step.Inputs();
+
+  std::vector<bool> request_clean(in.num_requests, true);
+  int mismatches = 0;
+  for (int32_t row = 0; row < in.total_q; ++row) {
+    EXPECT_EQ(gpu.out.row_to_req[row], cpu.out.row_to_req[row]) << "row " << row;
+    EXPECT_EQ(gpu.out.local_step[row], cpu.out.local_step[row]) << "row " << row;
+    EXPECT_EQ(gpu.out.is_verify[row], cpu.out.is_verify[row]) << "row " << row;
+    const bool same = gpu.out.raw_accept[row] == cpu.out.raw_accept[row] &&
+                      gpu.out.candidate_token_ids[row] == cpu.out.candidate_token_ids[row];
+    if (!same) {
+      ++mismatches;
+      request_clean[cpu.out.row_to_req[row]] = false;
+      const double margin = DecisionMargin(step, row);
+      EXPECT_LT(margin, kRoundingTolerance)
+          << "row " << row << ": gpu (" << int{gpu.out.raw_accept[row]} << ", "
+          << gpu.out.candidate_token_ids[row] << ") cpu (" << int{cpu.out.raw_accept[row]}
+          << ", " << cpu.out.candidate_token_ids[row] << ") is not a rounding tie";
+      continue;
+    }
+    const float a = gpu.out.token_logprobs[row], b = cpu.out.token_logprobs[row];
+    EXPECT_TRUE(std::memcmp(&a, &b, sizeof(float)) == 0 || std::fabs(a - b) <= 1e-6f * std::fabs(b))
+        << "row " << row << " logprob gpu " << a << " cpu " << b;
+  }
+  // Rows decided alike give requests decided alike.
+  bool all_clean = true;
+  for (int32_t r = 0; r < in.num_requests; ++r) {
+    if (!request_clean[r]) {
+      all_clean = false;
+      continue;
+    }
+    EXPECT_EQ(gpu.out.last_valid_offset[r], cpu.out.last_valid_offset[r]) << "request " << r;
+    EXPECT_EQ(gpu.out.sampled_token_ids[r], cpu.out.sampled_token_ids[r]) << "request " << r;
+    EXPECT_EQ(gpu.out.emitted_stop_token[r], cpu.out.emitted_stop_token[r]) << "request " << r;
+    for (int32_t k = 0; k < in.seqlen_q[r]; ++k) {
+      const int32_t row = in.first_token_positions[r] + k;
+      EXPECT_EQ(gpu.out.accept[row], cpu.out.accept[row]) << "row " << row;
+      EXPECT_EQ(gpu.out.is_final[row], cpu.out.is_final[row]) << "row " << row;
+      EXPECT_EQ(gpu.out.verified_token_ids[row], cpu.out.verified_token_ids[row]) << "row " << row;
+    }
+    for (int32_t c = 0; c < stride; ++c) {
+      EXPECT_EQ(gpu.out.next_draft_confidences[r * stride + c],
+                cpu.out.next_draft_confidences[r * stride + c]);
+    }
+  }
+  if (all_clean) {
+    EXPECT_EQ(gpu.out.num_generated_tokens, cpu.out.num_generated_tokens);
+    EXPECT_EQ(gpu.out.num_verified_tokens, cpu.out.num_verified_tokens);
+  }
+  // Rounding ties are rare: a handful at most.
+  EXPECT_LE(mismatches, std::max(2, in.total_q / 200));
+  std::printf("%s: %d rows, %d decisions differ (all within rounding)\n", shape.name.c_str(),
+              in.total_q, mismatches);
+}
+
+TEST(VerifySamplerGpuTest, ParityOnRandomSteps) {
+  ExpectParity({.name = "small vocab, every feature", .vocab = 1000, .requests = 64, .salt = 1});
+  ExpectParity({.name = "odd vocab", .vocab = 1003, .requests = 16, .salt = 2});
+  ExpectParity({.name = "tiny vocab", .vocab = 7, .requests = 40, .nextn = 3, .salt = 3});
+  ExpectParity({.name = "sparse drafts", .vocab = 4096, .requests = 24, .sparse = true, .salt = 4});
+  ExpectParity({.name = "bfloat16 logits", .vocab = 2048, .requests = 24, .bf16 = true, .salt = 5});
+  ExpectParity({.name = "32000 plain", .vocab = 32000, .requests = 40, .features = false, .salt = 6});
+  ExpectParity({.name = "32000 features", .vocab = 32000, .requests = 24, .salt = 7});
+  ExpectParity({.name = "151936 one request", .vocab = 151936, .requests = 1, .salt = 8});
+  ExpectParity({.name = "151936 batch", .vocab = 151936, .requests = 12, .salt = 9});
+  ExpectParity({.name = "many rows", .vocab = 512, .requests = 400, .salt = 10});
+}
+
+TEST(VerifySamplerGpuTest, SameTokensInAnyBatch) {
+  // Alone, a request's row is split over up to 16 CTAs; in a batch of 300,
+  // over fewer. Fixed-point sums and order-free races make that invisible.
+  HostVerifyStep batch = RandomStep({.vocab = 32000, .requests = 300, .features = false, .salt = 11});
+  const RunResult all = RunOnGpu(batch, 0);
+  ASSERT_TRUE(all.status.ok());
+  for (const int32_t pick : {0, 137, 299}) {
+    // Rebuild request `pick` alone from the batch's arrays.
+    const VerifyInputs in = batch.Inputs();
+    VerifyRequest r;
+    const int32_t ftp = in.first_token_positions[pick];
+    const int32_t v = in.vocab_size;
+    for (int32_t k = 0; k < in.seqlen_q[pick]; ++k) {
+      r.logits.push_back(std::vector<float>(batch.logits().begin() + static_cast<size_t>(ftp + k) * v,
+                                            batch.logits().begin() + static_cast<size_t>(ftp + k + 1) * v));
+    }
+    for (int32_t k = 0; k + 1 < in.seqlen_q[pick]; ++k) {
+      const int32_t j = ftp - pick + k;
+      r.draft_token_ids.push_back(in.draft_token_ids[j]);
+      r.draft_probs.push_back(std::vector<float>(batch.draft_probs().begin() + static_cast<size_t>(j) * v,
+                                                 batch.draft_probs().begin() + static_cast<size_t>(j + 1) * v));
+    }
+    r.seed = in.seeds[pick];
+    r.position = in.positions[pick];
+    HostVerifyStep single(v, SamplerConfig{.nextn = 5});
+    single.Add(r);
+    const RunResult one = RunOnGpu(single, 0);
+    ASSERT_TRUE(one.status.ok());
+    for (int32_t k = 0; k < in.seqlen_q[pick]; ++k) {
+      EXPECT_EQ(one.out.candidate_token_ids[k], all.out.candidate_token_ids[ftp + k]);
+      EXPECT_EQ(one.out.raw_accept[k], all.out.raw_accept[ftp + k]);
+      EXPECT_EQ(one.out.token_logprobs[k], all.out.token_logprobs[ftp + k]);
+    }
+    EXPECT_EQ(one.out.sampled_token_ids[0], all.out.sampled_token_ids[pick]);
+  }
+}
+
+TEST(VerifySamplerGpuTest, ErrorsMatchTheCpuTwin) {
+  const StepShape shape{.vocab = 300, .requests = 6, .features = false, .salt = 12};
+  const auto check = [&](const std::string& what, auto corrupt) {
+    HostVerifyStep step = RandomStep(shape);
+    corrupt(step);
+    const RunResult cpu = RunOnCpu(step, 0);
+    const RunResult gpu = RunOnGpu(step, 0);
+    ASSERT_FALSE(cpu.status.ok()) << what;
+    EXPECT_EQ(gpu.status, cpu.status) << what;
+  };
+  check("nan logit", [](HostVerifyStep& s) { s.logits()[3 * 300 + 17] = NAN; });
+  check("inf logit", [](HostVerifyStep& s) { s.logits()[5 * 300 + 299] = INFINITY; });
+  check("two errors", [](HostVerifyStep& s) {
+    s.logits()[7 * 300 + 1] = NAN;
+    s.draft_token_ids()[2] = 300;
+  });
+  check("golden", [](HostVerifyStep& s) { s.golden_token_ids()[4] = 1000; });
+  check("empty request", [](HostVerifyStep& s) { s.seqlen_q()[2] = 0; });
+  check("layout", [](HostVerifyStep& s) { s.first_token_positions()[3] += 1; });
+  check("temperature", [](HostVerifyStep& s) { s.temperatures()[1] = NAN; });
+  check("draft prob", [](HostVerifyStep& s) {
+    for (float& p : s.draft_probs()) p = -1.0f;  // every residual reads a bad p
+  });
+}
+
+TEST(VerifySamplerGpuTest, WorkspaceIsReadyAgainAfterEveryLaunch) {
+  HostVerifyStep good = RandomStep({.vocab = 500, .requests = 10, .salt = 13});
+  HostVerifyStep bad = RandomStep({.vocab = 500, .requests = 10, .salt = 13});
+  bad.logits()[10] = NAN;
+  auto d_good = DeviceVerifyStep::Create(good);
+  auto d_bad = DeviceVerifyStep::Create(bad);
+  ASSERT_TRUE(d_good.ok() && d_bad.ok());
+  auto out = DeviceVerifyOutputs::Create((*d_good)->Inputs());
+  ASSERT_TRUE(out.ok());
+  const RunResult cpu = RunOnCpu(good, 0);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(InvokeVerifySample((*d_bad)->Inputs(), (*out)->View(), nullptr).ok());
+    EXPECT_FALSE(ReadVerifyError(*(*out)->View(), nullptr).ok());
+    ASSERT_TRUE(InvokeVerifySample((*d_good)->Inputs(), (*out)->View(), nullptr).ok());
+    EXPECT_TRUE(ReadVerifyError(*(*out)->View(), nullptr).ok());
+    HostVerifyOutputs host(good.Inputs());
+    ASSERT_TRUE((*out)->CopyTo(&host).ok());
+    EXPECT_EQ(host.candidate_token_ids, cpu.out.candidate_token_ids);
+    EXPECT_EQ(host.num_generated_tokens, cpu.out.num_generated_tokens);
+  }
+}
+
+}  // namespace
+}  // namespace verdict

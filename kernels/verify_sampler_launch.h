@@ -1,0 +1,30 @@
+// The CUDA launcher of the verify sampler without Abseil types, so that it
+// can also link into a shared library (the system's static Abseil is not
+// position independent). InvokeVerifySample (verify_sampler.h) wraps it.
+#ifndef VERDICT_KERNELS_VERIFY_SAMPLER_LAUNCH_H_
+#define VERDICT_KERNELS_VERIFY_SAMPLER_LAUNCH_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/verify_sampler.h"
+
+namespace verdict {
+namespace verify_internal {
+
+enum class LaunchStatus : int32_t {
+  kOk = 0,
+  kInvalidArgument = 1,  // step_error_key set for step-level input errors
+  kCudaError = 2,
+  kUnsupported = 3,  // e.g. a vocabulary too large for the kernel
+};
+
+// Launches the step on `cuda_stream` (device pointers). On failure, `message`
+// (if given) says why.
+LaunchStatus LaunchVerifySample(const VerifyInputs& in, VerifyOutputs* out, void* cuda_stream,
+                                uint64_t* step_error_key, std::string* message);
+
+}  // namespace verify_internal
+}  // namespace verdict
+
+#endif  // VERDICT_KERNELS_VERIFY_SAMPLER_LAUNCH_H_

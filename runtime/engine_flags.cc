@@ -1,0 +1,107 @@
+#include "runtime/engine_flags.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "comm/create_communicator.h"
+
+ABSL_FLAG(std::string, model, "",
+          "target model directory (Hugging Face layout); default: the bundled models/target");
+ABSL_FLAG(std::string, draft, "",
+          "draft model directory; default: the bundled models/draft when --model is unset");
+ABSL_FLAG(std::string, load_format, "auto",
+          "auto: read the safetensors weights; dummy: seeded random weights at the models' "
+          "shapes (benchmarks)");
+ABSL_FLAG(int, tp, 0,
+          "tensor-parallel degree; must equal the number of ranks mpirun starts (0: the number "
+          "of ranks)");
+ABSL_FLAG(int, num_draft_tokens, 5, "draft tokens proposed per request and step (gamma)");
+ABSL_FLAG(std::string, verify_mode, "static",
+          "static (verify every draft), cap-accept (verify every draft, accept at most the "
+          "planned length) or compact (verify only the planned rows)");
+ABSL_FLAG(std::string, speculation, "on", "on: speculative decoding; off: autoregressive");
+ABSL_FLAG(int, max_running_requests, 64, "requests decoded together at most");
+ABSL_FLAG(int, max_waiting_requests, 1024, "requests queued beyond the running ones at most");
+ABSL_FLAG(int64_t, max_model_len, 0, "context length; 0: the target's max_position_embeddings");
+ABSL_FLAG(int64_t, kv_cache_tokens, 65536, "KV cache positions per model");
+ABSL_FLAG(std::string, cost_table, "",
+          "cost table JSON (verdict profile); without one every draft is verified");
+ABSL_FLAG(uint64_t, seed, 0, "seeds the requests that bring no seed of their own");
+ABSL_FLAG(int, plan_check_interval, 64,
+          "steps between comparisons of the ranks' plans (1: every step)");
+ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend; 0: all cores");
+ABSL_FLAG(double, comm_timeout, 30, "seconds a collective may take before every rank aborts");
+
+namespace verdict {
+
+std::string ResolveModelDir(const std::string& dir) {
+  if (dir.empty() || std::filesystem::exists(dir)) return dir;
+  if (const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY")) {
+    std::string candidate = absl::StrCat(workspace, "/", dir);
+    if (std::filesystem::exists(candidate)) return candidate;
+  }
+  return dir;
+}
+
+absl::StatusOr<EngineRuntime> StartEngineFromFlags() {
+  EngineRuntime rt;
+  absl::StatusOr<std::shared_ptr<MpiSession>> mpi = MpiSession::Acquire();
+  if (!mpi.ok()) return mpi.status();
+  rt.mpi = *std::move(mpi);
+  CommOptions comm_options;
+  comm_options.timeout = absl::Seconds(absl::GetFlag(FLAGS_comm_timeout));
+  absl::StatusOr<std::unique_ptr<Communicator>> comm =
+      CreateCommunicator(Backend::kMpi, comm_options);
+  if (!comm.ok()) return comm.status();
+  rt.comm = *std::move(comm);
+  const int tp = absl::GetFlag(FLAGS_tp);
+  if (tp != 0 && tp != rt.comm->world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tp ", tp, " but mpirun started ", rt.comm->world_size(),
+        " ranks; launch with mpirun -np ", tp, " (one rank per GPU)"));
+  }
+
+  EngineOptions options;
+  options.num_draft_tokens = absl::GetFlag(FLAGS_num_draft_tokens);
+  absl::StatusOr<VerifyMode> mode = ParseVerifyMode(absl::GetFlag(FLAGS_verify_mode));
+  if (!mode.ok()) return mode.status();
+  options.verify_mode = *mode;
+  const std::string speculation = absl::GetFlag(FLAGS_speculation);
+  if (speculation != "on" && speculation != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--speculation must be on or off, got '", speculation, "'"));
+  }
+  options.speculation = speculation == "on";
+  options.max_running_requests = absl::GetFlag(FLAGS_max_running_requests);
+  options.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
+  options.max_model_len = absl::GetFlag(FLAGS_max_model_len);
+  options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
+  options.cost_table_path = absl::GetFlag(FLAGS_cost_table);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.plan_check_interval = absl::GetFlag(FLAGS_plan_check_interval);
+  options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+
+  const std::string load_format = absl::GetFlag(FLAGS_load_format);
+  if (load_format != "auto" && load_format != "dummy") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--load-format must be auto or dummy, got '", load_format, "'"));
+  }
+  std::string model = absl::GetFlag(FLAGS_model);
+  std::string draft = absl::GetFlag(FLAGS_draft);
+  if (model.empty()) {
+    model = "models/target";
+    if (draft.empty()) draft = "models/draft";
+  }
+  ModelSource target{ResolveModelDir(model), load_format == "dummy", 1};
+  std::optional<ModelSource> draft_source;
+  if (!draft.empty()) draft_source = ModelSource{ResolveModelDir(draft), load_format == "dummy", 2};
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(options, target, draft_source, rt.comm.get());
+  if (!engine.ok()) return engine.status();
+  rt.engine = *std::move(engine);
+  return rt;
+}
+
+}  // namespace verdict

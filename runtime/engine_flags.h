@@ -1,0 +1,35 @@
+// The engine's command-line flags, shared by `verdict serve`,
+// `verdict generate` and `verdict profile`, and the start-up they share:
+// MPI (one rank per GPU, or a world of one), the communicator, the engine.
+#ifndef VERDICT_RUNTIME_ENGINE_FLAGS_H_
+#define VERDICT_RUNTIME_ENGINE_FLAGS_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "comm/communicator.h"
+#include "comm/mpi_session.h"
+#include "runtime/engine.h"
+
+namespace verdict {
+
+// Everything a running engine needs kept alive, in destruction order.
+struct EngineRuntime {
+  std::shared_ptr<MpiSession> mpi;
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Engine> engine;
+};
+
+// Reads the engine flags, starts MPI and the communicator, loads the models.
+// Without --model the bundled pair (models/target, models/draft) is used.
+absl::StatusOr<EngineRuntime> StartEngineFromFlags();
+
+// The model directory a flag names: as given if it exists, else relative to
+// the workspace `bazel run` was started from.
+std::string ResolveModelDir(const std::string& dir);
+
+}  // namespace verdict
+
+#endif  // VERDICT_RUNTIME_ENGINE_FLAGS_H_

@@ -1,0 +1,64 @@
+// Test support: runs an Engine's loop on a thread and collects the outputs
+// of submitted requests.
+#ifndef VERDICT_RUNTIME_ENGINE_TEST_UTIL_H_
+#define VERDICT_RUNTIME_ENGINE_TEST_UTIL_H_
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace verdict {
+
+struct CollectedOutput {
+  std::vector<int32_t> token_ids;
+  std::string text;
+  std::vector<float> logprobs;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;
+  GenerationUsage usage;
+  int events = 0;
+  int finished_events = 0;
+};
+
+class EngineHarness {
+ public:
+  // Starts engine->Run() on a thread (every rank must run one).
+  explicit EngineHarness(Engine* engine);
+  // Shuts the engine down and joins the loop.
+  ~EngineHarness();
+
+  // Rank 0: submits and returns immediately.
+  absl::Status Submit(GenerationRequest request);
+  // Rank 0: waits until every submitted request finished.
+  void WaitAll();
+  CollectedOutput output(const std::string& id);
+  absl::Status run_status();
+
+  // Submits `requests` together and waits for all; rank 0 returns the
+  // outputs in request order, other ranks an empty vector.
+  std::vector<CollectedOutput> GenerateAll(const std::vector<GenerationRequest>& requests);
+
+ private:
+  Engine* engine_;
+  std::thread loop_;
+  absl::Status run_status_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, CollectedOutput> outputs_;
+  int pending_ = 0;
+  bool stopped_ = false;
+};
+
+// A request for the bundled models' tokenizer from prompt text.
+GenerationRequest TextRequest(const Engine& engine, const std::string& id,
+                              const std::string& prompt, int max_tokens, float temperature,
+                              uint64_t seed);
+
+}  // namespace verdict
+
+#endif  // VERDICT_RUNTIME_ENGINE_TEST_UTIL_H_

@@ -1,0 +1,466 @@
+#include "runtime/http_server.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "civetweb.h"
+
+namespace verdict {
+namespace {
+
+// Distinct request fields logged as ignored; past this, new names are not
+// remembered (a client inventing names must not grow the set forever).
+constexpr size_t kMaxLoggedFields = 1024;
+
+constexpr absl::string_view kCompletionsPath = "/v1/completions";
+constexpr absl::string_view kChatPath = "/v1/chat/completions";
+constexpr absl::string_view kModelsPath = "/v1/models";
+
+// Compares in time that depends on the expected key's length only, so the
+// answer's timing does not reveal how much of a guess was right.
+bool ConstantTimeEquals(absl::string_view given, absl::string_view expected) {
+  volatile unsigned char diff = given.size() != expected.size();
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff = diff | (g ^ static_cast<unsigned char>(expected[i]));
+  }
+  return diff == 0;
+}
+
+void SendResponse(mg_connection* conn, int status, absl::string_view content_type,
+                  absl::string_view body, absl::string_view extra_headers = "") {
+  std::string head = absl::StrFormat(
+      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nCache-Control: no-store\r\n"
+      "%s\r\n",
+      status, mg_get_response_code_text(conn, status), content_type, body.size(), extra_headers);
+  head.append(body.data(), body.size());
+  mg_write(conn, head.data(), head.size());
+}
+
+int SendJson(mg_connection* conn, int status, absl::string_view body,
+             absl::string_view extra_headers = "") {
+  SendResponse(conn, status, "application/json", body, extra_headers);
+  return status;
+}
+
+// One HTTP/1.1 chunk in a single write; false when the client is gone.
+bool WriteChunk(mg_connection* conn, absl::string_view data) {
+  std::string frame = absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n");
+  return mg_write(conn, frame.data(), frame.size()) == static_cast<int>(frame.size());
+}
+
+enum class BodyResult { kOk, kTooLarge, kReadError };
+
+BodyResult ReadBody(mg_connection* conn, size_t limit, std::string* body) {
+  const mg_request_info* info = mg_get_request_info(conn);
+  if (info->content_length > static_cast<long long>(limit)) return BodyResult::kTooLarge;
+  if (info->content_length >= 0) body->reserve(static_cast<size_t>(info->content_length));
+  char buf[16384];
+  for (;;) {
+    int n = mg_read(conn, buf, sizeof(buf));
+    if (n == 0) return BodyResult::kOk;
+    if (n < 0) return BodyResult::kReadError;
+    // Chunked bodies have no length up front; stop reading past the limit.
+    if (body->size() + static_cast<size_t>(n) > limit) return BodyResult::kTooLarge;
+    body->append(buf, static_cast<size_t>(n));
+  }
+}
+
+// Stops civetweb without waiting out its listener's poll period (2 s in
+// 1.15): the listener sees the stop flag only when a poll returns, so
+// connections to the port are made until mg_stop is done.
+void StopListener(mg_context* ctx, const std::string& host, int port) {
+  std::string address = host;
+  if (address.empty() || address == "0.0.0.0") address = "127.0.0.1";
+  if (address == "::") address = "::1";
+  addrinfo hints = {};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(address.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) {
+    found = nullptr;
+  }
+  std::atomic<bool> stopped{false};
+  std::thread waker([&] {
+    while (found != nullptr && !stopped.load()) {
+      int fd = socket(found->ai_family, found->ai_socktype, found->ai_protocol);
+      if (fd >= 0) {
+        connect(fd, found->ai_addr, found->ai_addrlen);
+        close(fd);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  mg_stop(ctx);
+  stopped = true;
+  waker.join();
+  if (found != nullptr) freeaddrinfo(found);
+}
+
+uint64_t RandomSalt() {
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+}  // namespace
+
+// One generation request in flight: the engine's events, queued by the
+// engine's callback and taken by the handler thread.
+struct HttpServer::Generation {
+  absl::Mutex mu;
+  std::deque<GenerationEvent> events ABSL_GUARDED_BY(mu);
+  bool submitted ABSL_GUARDED_BY(mu) = false;
+  bool cancel_requested ABSL_GUARDED_BY(mu) = false;  // by Shutdown
+  bool abandoned ABSL_GUARDED_BY(mu) = false;  // Shutdown stops waiting for the engine
+
+  // Waits up to `timeout` for events; returns them (empty on timeout).
+  std::deque<GenerationEvent> Take(absl::Duration timeout, bool* abandoned_out) {
+    absl::MutexLock lock(&mu);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return !events.empty() || abandoned; };
+    mu.AwaitWithTimeout(absl::Condition(&ready), timeout);
+    *abandoned_out = abandoned && events.empty();
+    std::deque<GenerationEvent> out;
+    out.swap(events);
+    return out;
+  }
+};
+
+HttpServer::HttpServer(HttpServerOptions options, const OpenAiApi& api,
+                       GenerationService& service, std::function<bool()> ready)
+    : options_(std::move(options)),
+      api_(api),
+      service_(service),
+      ready_(std::move(ready)),
+      id_salt_(RandomSalt()) {}
+
+HttpServer::~HttpServer() { Shutdown(absl::ZeroDuration()); }
+
+absl::Status HttpServer::Start() {
+  absl::MutexLock lifecycle(&lifecycle_mu_);
+  if (ctx_ != nullptr) return absl::FailedPreconditionError("the HTTP server is already running");
+  static std::once_flag init_once;
+  std::call_once(init_once, [] { mg_init_library(0); });
+
+  const std::string host =
+      absl::StrContains(options_.host, ':') ? absl::StrCat("[", options_.host, "]") : options_.host;
+  const std::string ports = absl::StrCat(host, ":", options_.port);
+  const std::string threads = absl::StrCat(options_.num_threads);
+  const std::string timeout = absl::StrCat(options_.request_timeout_ms);
+  const char* config[] = {"listening_ports",    ports.c_str(),   "num_threads", threads.c_str(),
+                          "request_timeout_ms", timeout.c_str(), "enable_keep_alive", "yes",
+                          "decode_url",         "yes",           nullptr};
+  // begin_request sees every request, from the first one on, before any
+  // of civetweb's own handling.
+  mg_callbacks callbacks = {};
+  callbacks.begin_request = [](mg_connection* conn) {
+    return static_cast<HttpServer*>(mg_get_request_info(conn)->user_data)->Route(conn);
+  };
+  mg_init_data init = {&callbacks, this, config};
+  char error_text[256] = "";
+  unsigned error_code = 0;
+  mg_error_data error = {&error_code, error_text, sizeof(error_text)};
+  ctx_ = mg_start2(&init, &error);
+  if (ctx_ == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve HTTP on ", ports, ": ", error_text[0] ? error_text : "unknown"));
+  }
+  mg_server_port bound[4] = {};
+  int n = mg_get_server_ports(ctx_, 4, bound);
+  port_ = n > 0 ? bound[0].port : options_.port;
+  {
+    absl::MutexLock lock(&mu_);
+    draining_ = false;
+  }
+  return absl::OkStatus();
+}
+
+void HttpServer::Shutdown(absl::Duration deadline) {
+  absl::MutexLock lifecycle(&lifecycle_mu_);
+  if (ctx_ == nullptr) return;
+  const absl::Time stop_waiting = absl::Now() + deadline;
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_.empty(); };
+  std::vector<std::pair<std::string, std::shared_ptr<Generation>>> left;
+  {
+    absl::MutexLock lock(&mu_);
+    draining_ = true;
+    mu_.AwaitWithDeadline(absl::Condition(&idle), stop_waiting);
+    left.assign(active_.begin(), active_.end());
+  }
+  if (!left.empty()) {
+    Log(absl::StrCat("shutting down: cancelling ", left.size(), " request(s) still running"));
+    for (auto& [id, generation] : left) {
+      bool submitted;
+      {
+        absl::MutexLock lock(&generation->mu);
+        generation->cancel_requested = true;
+        submitted = generation->submitted;
+      }
+      // A request not yet submitted is cancelled by its handler after Submit.
+      if (submitted) service_.Cancel(id);
+    }
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithTimeout(absl::Condition(&idle), options_.cancel_grace)) {
+      // The engine has not confirmed the cancellations; stop waiting for it.
+      for (auto& [id, generation] : active_) {
+        absl::MutexLock generation_lock(&generation->mu);
+        generation->abandoned = true;
+      }
+      mu_.Await(absl::Condition(&idle));
+    }
+  }
+  StopListener(ctx_, options_.host, port_);
+  ctx_ = nullptr;
+}
+
+int HttpServer::in_flight() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(active_.size());
+}
+
+int HttpServer::Route(mg_connection* conn) {
+  const mg_request_info* info = mg_get_request_info(conn);
+  const absl::string_view method = info->request_method;
+  const absl::string_view path = info->local_uri;
+  const bool get = method == "GET";
+  const bool post = method == "POST";
+  auto method_not_allowed = [&](absl::string_view allowed) {
+    return SendJson(conn, 405,
+                    ErrorBody(405, absl::StrCat(method, " is not allowed on ", path, "; use ",
+                                                allowed)),
+                    absl::StrCat("Allow: ", allowed, "\r\n"));
+  };
+  auto not_found = [&] {
+    return SendJson(conn, 404, ErrorBody(404, absl::StrCat("no such endpoint: ", path)));
+  };
+
+  if (path == "/health") {
+    if (!get) return method_not_allowed("GET");
+    return SendJson(conn, 200, R"({"status":"ok"})");
+  }
+  if (path == "/ready") {
+    if (!get) return method_not_allowed("GET");
+    bool draining;
+    {
+      absl::MutexLock lock(&mu_);
+      draining = draining_;
+    }
+    if (draining) return SendJson(conn, 503, R"({"status":"draining"})");
+    if (ready_ && !ready_()) return SendJson(conn, 503, R"({"status":"not ready"})");
+    return SendJson(conn, 200, R"({"status":"ready"})");
+  }
+  if (!absl::StartsWith(path, "/v1/")) return not_found();
+  if (!Authorized(conn)) {
+    return SendJson(conn, 401,
+                    ErrorBody(401, "a valid API key is required: Authorization: Bearer <key>", "",
+                              "invalid_api_key"),
+                    "WWW-Authenticate: Bearer\r\n");
+  }
+  if (path == kCompletionsPath || path == kChatPath) {
+    if (!post) return method_not_allowed("POST");
+    return HandleGenerate(conn, path == kChatPath ? ApiEndpoint::kChatCompletions
+                                                  : ApiEndpoint::kCompletions);
+  }
+  if (path == kModelsPath) {
+    if (!get) return method_not_allowed("GET");
+    return SendJson(conn, 200, api_.ModelsBody());
+  }
+  if (absl::StartsWith(path, absl::StrCat(kModelsPath, "/"))) {
+    if (!get) return method_not_allowed("GET");
+    absl::StatusOr<std::string> model = api_.ModelBody(path.substr(kModelsPath.size() + 1));
+    if (!model.ok()) return SendError(conn, model.status());
+    return SendJson(conn, 200, *model);
+  }
+  return not_found();
+}
+
+bool HttpServer::Authorized(mg_connection* conn) const {
+  if (options_.api_key.empty()) return true;
+  const char* header = mg_get_header(conn, "Authorization");
+  if (header == nullptr) return false;
+  absl::string_view value = absl::StripAsciiWhitespace(header);
+  constexpr absl::string_view kScheme = "bearer ";
+  if (value.size() < kScheme.size() ||
+      !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
+    return false;
+  }
+  return ConstantTimeEquals(absl::StripLeadingAsciiWhitespace(value.substr(kScheme.size())),
+                            options_.api_key);
+}
+
+int HttpServer::SendError(mg_connection* conn, const absl::Status& status) {
+  const int http_status = HttpStatusFor(status);
+  std::string headers;
+  if (http_status == 429 || http_status == 503) {
+    headers = absl::StrCat("Retry-After: ", options_.retry_after_seconds, "\r\n");
+  }
+  return SendJson(conn, http_status, ErrorBody(status), headers);
+}
+
+int HttpServer::HandleGenerate(mg_connection* conn, ApiEndpoint endpoint) {
+  const absl::Status draining_error =
+      absl::UnavailableError("the server is shutting down and admits no new requests");
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_) return SendError(conn, draining_error);
+  }
+  std::string body;
+  switch (ReadBody(conn, options_.max_body_bytes, &body)) {
+    case BodyResult::kOk:
+      break;
+    case BodyResult::kTooLarge:
+      // The rest of the body is not read; the connection cannot be reused.
+      mg_disable_keep_alive(conn);
+      return SendJson(conn, 413,
+                      ErrorBody(413,
+                                absl::StrCat("the request body is larger than the limit of ",
+                                             options_.max_body_bytes, " bytes"),
+                                "body", "request_too_large"),
+                      "Connection: close\r\n");
+    case BodyResult::kReadError:
+      return SendJson(conn, 400, ErrorBody(400, "the request body could not be read"));
+  }
+
+  absl::StatusOr<ApiRequest> parsed =
+      endpoint == ApiEndpoint::kChatCompletions ? api_.ParseChat(body) : api_.ParseCompletion(body);
+  if (!parsed.ok()) return SendError(conn, parsed.status());
+  ApiRequest& request = *parsed;
+  LogIgnoredFields(request.ignored_fields);
+  const std::string id =
+      NextId(endpoint == ApiEndpoint::kChatCompletions ? "chatcmpl-" : "cmpl-");
+  request.generation.id = id;
+
+  auto generation = std::make_shared<Generation>();
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_) return SendError(conn, draining_error);
+    active_[id] = generation;
+  }
+  // The callback runs on the engine's thread: queue and return.
+  absl::Status submitted =
+      service_.Submit(request.generation, [generation](const GenerationEvent& event) {
+        absl::MutexLock lock(&generation->mu);
+        generation->events.push_back(event);
+      });
+  if (!submitted.ok()) {
+    Finish(id);
+    return SendError(conn, submitted);
+  }
+  bool cancel;
+  {
+    absl::MutexLock lock(&generation->mu);
+    generation->submitted = true;
+    cancel = generation->cancel_requested;
+  }
+  if (cancel) service_.Cancel(id);
+
+  int status = request.stream ? ServeStream(conn, request, *generation)
+                              : ServeBody(conn, request, *generation);
+  Finish(id);
+  return status;
+}
+
+int HttpServer::ServeStream(mg_connection* conn, const ApiRequest& request,
+                            Generation& generation) {
+  const std::string& id = request.generation.id;
+  ResponseEncoder encoder(api_, request, id, absl::ToUnixSeconds(absl::Now()));
+  std::string head = absl::StrCat(
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+      "Transfer-Encoding: chunked\r\nX-Request-Id: ",
+      id, "\r\n\r\n");
+  bool client_gone = mg_write(conn, head.data(), head.size()) != static_cast<int>(head.size());
+  while (!client_gone && !encoder.finished()) {
+    bool abandoned = false;
+    std::deque<GenerationEvent> events = generation.Take(options_.heartbeat, &abandoned);
+    if (abandoned) {
+      WriteChunk(conn, absl::StrCat("data: ", ErrorBody(absl::UnavailableError(
+                                                  "the server shut down before the request "
+                                                  "finished")),
+                                    "\n\ndata: [DONE]\n\n"));
+      break;
+    }
+    std::string out;
+    for (const GenerationEvent& event : events) out += encoder.StreamEvent(event);
+    // An SSE comment when idle: clients ignore it, and a failed write shows
+    // that the client is gone while the request still waits in the queue.
+    if (events.empty()) out = ": keep-alive\n\n";
+    if (!out.empty()) client_gone = !WriteChunk(conn, out);
+  }
+  if (client_gone) {
+    if (!encoder.finished()) service_.Cancel(id);
+    return 200;
+  }
+  WriteChunk(conn, "");  // the last chunk
+  return 200;
+}
+
+int HttpServer::ServeBody(mg_connection* conn, const ApiRequest& request, Generation& generation) {
+  const std::string& id = request.generation.id;
+  ResponseEncoder encoder(api_, request, id, absl::ToUnixSeconds(absl::Now()));
+  while (!encoder.finished()) {
+    bool abandoned = false;
+    for (const GenerationEvent& event : generation.Take(absl::InfiniteDuration(), &abandoned)) {
+      encoder.Add(event);
+    }
+    if (abandoned) {
+      return SendError(conn,
+                       absl::UnavailableError("the server shut down before the request finished"));
+    }
+  }
+  absl::StatusOr<std::string> body = encoder.Body();
+  if (!body.ok()) return SendError(conn, body.status());
+  return SendJson(conn, 200, *body, absl::StrCat("X-Request-Id: ", id, "\r\n"));
+}
+
+void HttpServer::Finish(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  active_.erase(id);
+}
+
+std::string HttpServer::NextId(absl::string_view prefix) {
+  uint64_t n;
+  {
+    absl::MutexLock lock(&mu_);
+    n = ++next_id_;
+  }
+  return absl::StrFormat("%s%016x%x", prefix, id_salt_, n);
+}
+
+void HttpServer::LogIgnoredFields(const std::vector<std::string>& fields) {
+  for (const std::string& field : fields) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (logged_fields_.size() >= kMaxLoggedFields || !logged_fields_.insert(field).second) {
+        continue;
+      }
+    }
+    Log(absl::StrCat("ignoring unknown request field '", field,
+                     "' (logged once per field name)"));
+  }
+}
+
+void HttpServer::Log(absl::string_view message) const {
+  if (options_.log) {
+    options_.log(message);
+  } else {
+    std::fprintf(stderr, "verdict http: %.*s\n", static_cast<int>(message.size()),
+                 message.data());
+  }
+}
+
+}  // namespace verdict

@@ -1,0 +1,120 @@
+// The HTTP front end: an OpenAI-compatible server on civetweb in front of a
+// GenerationService.
+//
+// Endpoints: POST /v1/completions, POST /v1/chat/completions (JSON or
+// server-sent events), GET /v1/models, GET /v1/models/{name}, GET /health
+// (200 while the process serves) and GET /ready (200 only while the engine
+// is ready and the server admits requests). With an API key, /v1/* need
+// "Authorization: Bearer <key>"; the probes do not.
+//
+// Each request is served on one of civetweb's worker threads, which blocks
+// on the request's event queue until the engine's next event; so
+// num_threads bounds the concurrent requests (streams included). A client
+// that goes away mid-stream is noticed at the next write (a token or an
+// idle heartbeat comment) and its request is cancelled. A full engine queue
+// answers 429 and a draining server 503, both with Retry-After.
+#ifndef VERDICT_RUNTIME_HTTP_SERVER_H_
+#define VERDICT_RUNTIME_HTTP_SERVER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "runtime/generation.h"
+#include "runtime/openai_api.h"
+
+struct mg_connection;
+struct mg_context;
+
+namespace verdict {
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                         // 0 picks a free port; see port()
+  std::string api_key;                     // empty: no authentication
+  size_t max_body_bytes = size_t{1} << 20; // larger request bodies get 413
+  int num_threads = 128;                   // concurrent connections served
+  int request_timeout_ms = 30000;          // one socket read or write
+  absl::Duration heartbeat = absl::Seconds(5);  // idle streams send ": keep-alive"
+  absl::Duration cancel_grace = absl::Seconds(2);  // Shutdown: cancel to hang-up
+  int retry_after_seconds = 1;             // Retry-After of 429 and 503
+  // Where warnings go (unknown request fields, start-up); stderr if unset.
+  std::function<void(absl::string_view)> log;
+};
+
+class HttpServer {
+ public:
+  // `api` and `service` must outlive the server. `ready` says whether the
+  // engine can take requests (for /ready; called from handler threads);
+  // unset means always.
+  HttpServer(HttpServerOptions options, const OpenAiApi& api, GenerationService& service,
+             std::function<bool()> ready = nullptr);
+  // Shuts down at once (in-flight requests are cancelled) if still serving.
+  ~HttpServer();
+
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds host:port and starts serving. Errors: the port cannot be bound,
+  // or the server was started before (FailedPrecondition).
+  absl::Status Start();
+
+  // The bound port (the chosen one when options.port was 0); 0 before Start.
+  int port() const { return port_; }
+
+  // Graceful stop: new generation requests get 503 from now on; in-flight
+  // requests may finish until `deadline` has passed; the rest are
+  // cancelled (streams end with an error event, others get 503); then the
+  // listener closes. Safe to call twice; must not be called from a request
+  // handler.
+  void Shutdown(absl::Duration deadline);
+
+  // Generation requests being served now.
+  int in_flight() const;
+
+ private:
+  struct Generation;
+
+  int Route(mg_connection* conn);
+  int HandleGenerate(mg_connection* conn, ApiEndpoint endpoint);
+  int ServeStream(mg_connection* conn, const ApiRequest& request, Generation& generation);
+  int ServeBody(mg_connection* conn, const ApiRequest& request, Generation& generation);
+  bool Authorized(mg_connection* conn) const;
+  int SendError(mg_connection* conn, const absl::Status& status);
+  void LogIgnoredFields(const std::vector<std::string>& fields);
+  void Log(absl::string_view message) const;
+  std::string NextId(absl::string_view prefix);
+  void Finish(const std::string& id);
+
+  const HttpServerOptions options_;
+  const OpenAiApi& api_;
+  GenerationService& service_;
+  const std::function<bool()> ready_;
+  const uint64_t id_salt_;  // makes ids differ between server runs
+
+  // Start and Shutdown run one at a time (lifecycle_mu_); handlers never
+  // touch these.
+  absl::Mutex lifecycle_mu_;
+  mg_context* ctx_ ABSL_GUARDED_BY(lifecycle_mu_) = nullptr;
+  int port_ = 0;
+
+  mutable absl::Mutex mu_;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::shared_ptr<Generation>> active_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> logged_fields_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace verdict
+
+#endif  // VERDICT_RUNTIME_HTTP_SERVER_H_

@@ -1,0 +1,734 @@
+#include "runtime/http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "runtime/serving_test_util.h"
+
+namespace verdict {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+// A minimal HTTP/1.1 client over a raw socket, so the tests control exactly
+// what is sent and when the connection closes.
+struct HttpResponse {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;                            // de-chunked
+};
+
+class HttpConnection {
+ public:
+  explicit HttpConnection(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    timeval timeout = {20, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~HttpConnection() { Close(); }
+
+  bool connected() const { return connected_; }
+  void Close() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+  bool Send(absl::string_view data) {
+    while (!data.empty()) {
+      ssize_t n = send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  bool SendRequest(absl::string_view method, absl::string_view path, absl::string_view body,
+                   absl::string_view extra_headers = "", bool close = false) {
+    return Send(absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: localhost\r\n",
+                             "Content-Type: application/json\r\nContent-Length: ", body.size(),
+                             "\r\n", close ? "Connection: close\r\n" : "", extra_headers, "\r\n",
+                             body));
+  }
+
+  // Reads until `marker` is in the unread data; false on EOF or timeout.
+  bool ReadUntil(absl::string_view marker) {
+    while (!absl::StrContains(buffer_, marker)) {
+      if (!Fill()) return false;
+    }
+    return true;
+  }
+  const std::string& buffer() const { return buffer_; }
+
+  // One whole response (Content-Length, chunked, or up to EOF).
+  HttpResponse ReadResponse() {
+    HttpResponse r;
+    if (!ReadUntil("\r\n\r\n")) return r;
+    size_t head_end = buffer_.find("\r\n\r\n");
+    std::vector<std::string> lines = absl::StrSplit(buffer_.substr(0, head_end), "\r\n");
+    buffer_.erase(0, head_end + 4);
+    std::vector<std::string> status_line = absl::StrSplit(lines[0], ' ');
+    if (status_line.size() < 2 || !absl::SimpleAtoi(status_line[1], &r.status)) return r;
+    for (size_t i = 1; i < lines.size(); ++i) {
+      size_t colon = lines[i].find(':');
+      if (colon == std::string::npos) continue;
+      r.headers[absl::AsciiStrToLower(lines[i].substr(0, colon))] =
+          std::string(absl::StripAsciiWhitespace(lines[i].substr(colon + 1)));
+    }
+    if (r.headers["transfer-encoding"] == "chunked") {
+      for (;;) {
+        if (!ReadUntil("\r\n")) return r;
+        size_t eol = buffer_.find("\r\n");
+        size_t size = 0;
+        absl::SimpleHexAtoi(buffer_.substr(0, eol), &size);
+        while (buffer_.size() < eol + 2 + size + 2) {
+          if (!Fill()) return r;
+        }
+        r.body += buffer_.substr(eol + 2, size);
+        buffer_.erase(0, eol + 2 + size + 2);
+        if (size == 0) return r;
+      }
+    }
+    if (r.headers.count("content-length")) {
+      size_t length = 0;
+      absl::SimpleAtoi(r.headers["content-length"], &length);
+      while (buffer_.size() < length) {
+        if (!Fill()) break;
+      }
+      r.body = buffer_.substr(0, length);
+      buffer_.erase(0, std::min(length, buffer_.size()));
+      return r;
+    }
+    while (Fill()) {
+    }
+    r.body = buffer_;
+    buffer_.clear();
+    return r;
+  }
+
+ private:
+  bool Fill() {
+    char buf[4096];
+    ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+    if (n <= 0) return false;
+    buffer_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+
+  int fd_ = -1;
+  bool connected_ = false;
+  std::string buffer_;
+};
+
+HttpResponse Fetch(int port, absl::string_view method, absl::string_view path,
+                   absl::string_view body = "", absl::string_view extra_headers = "") {
+  HttpConnection c(port);
+  if (!c.connected() || !c.SendRequest(method, path, body, extra_headers, /*close=*/true)) {
+    return {};
+  }
+  return c.ReadResponse();
+}
+
+json JsonOf(const HttpResponse& r) { return json::parse(r.body, nullptr, false); }
+
+// The data payloads of an SSE body.
+std::vector<std::string> SseData(const std::string& body) {
+  std::vector<std::string> data;
+  for (absl::string_view frame : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+    if (absl::StartsWith(frame, "data: ")) data.emplace_back(frame.substr(6));
+  }
+  return data;
+}
+
+// The text of a completion or chat response, streamed or not.
+std::string TextOf(const HttpResponse& r, bool chat, bool stream) {
+  if (!stream) {
+    json j = JsonOf(r);
+    return chat ? j["choices"][0]["message"]["content"].get<std::string>()
+                : j["choices"][0]["text"].get<std::string>();
+  }
+  std::string text;
+  for (const std::string& d : SseData(r.body)) {
+    if (d == "[DONE]") continue;
+    json chunk = json::parse(d);
+    if (chunk["choices"].empty()) continue;
+    const json& choice = chunk["choices"][0];
+    if (chat) {
+      if (choice["delta"].contains("content")) text += choice["delta"]["content"].get<std::string>();
+    } else {
+      text += choice["text"].get<std::string>();
+    }
+  }
+  return text;
+}
+
+std::string CompletionBody(int max_tokens, bool stream = false, absl::string_view extra = "") {
+  return absl::StrCat(R"({"model": "tiny", "prompt": "Once upon", "max_tokens": )", max_tokens,
+                      R"(, "stream": )", stream ? "true" : "false", extra, "}");
+}
+
+std::string ChatBody(int max_tokens, bool stream = false, absl::string_view extra = "") {
+  return absl::StrCat(
+      R"({"model": "tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": )",
+      max_tokens, R"(, "stream": )", stream ? "true" : "false", extra, "}");
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  HttpServerTest() : api_(ServedModel{"tiny", 100000, 8, 1700000000}, tokenizer_, ChatTemplate()) {}
+
+  // Starts a server on a free port with `service`.
+  void StartServer(GenerationService& service, HttpServerOptions options = {}) {
+    options.port = 0;
+    options.log = [this](absl::string_view line) {
+      absl::MutexLock lock(&log_mu_);
+      log_.emplace_back(line);
+    };
+    server_ = std::make_unique<HttpServer>(options, api_, service, [this] { return ready_.load(); });
+    ASSERT_TRUE(server_->Start().ok());
+    port_ = server_->port();
+    ASSERT_GT(port_, 0);
+  }
+
+  // Handlers finish just after their last write, so a client may see its
+  // answer a moment before the server stops counting the request.
+  bool WaitNoneInFlight() {
+    for (int i = 0; i < 250 && server_->in_flight() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return server_->in_flight() == 0;
+  }
+
+  std::vector<std::string> log() {
+    absl::MutexLock lock(&log_mu_);
+    return log_;
+  }
+
+  bool Healthy() {
+    HttpResponse health = Fetch(port_, "GET", "/health");
+    HttpResponse done = Fetch(port_, "POST", "/v1/completions", CompletionBody(3));
+    return health.status == 200 && done.status == 200 && TextOf(done, false, false) == "abc";
+  }
+
+  // A service configured by the test itself. Members are declared before
+  // server_ so that the server stops before any service goes away.
+  template <typename Service, typename... Args>
+  Service& MakeService(Args&&... args) {
+    auto service = std::make_unique<Service>(std::forward<Args>(args)...);
+    Service& ref = *service;
+    own_service_ = std::move(service);
+    return ref;
+  }
+
+  ByteTokenizer tokenizer_;
+  OpenAiApi api_;
+  ScriptedGenerationService service_;
+  std::unique_ptr<GenerationService> own_service_;
+  std::atomic<bool> ready_{true};
+  absl::Mutex log_mu_;
+  std::vector<std::string> log_;
+  std::unique_ptr<HttpServer> server_;
+  int port_ = 0;
+};
+
+TEST_F(HttpServerTest, HealthReadyAndModels) {
+  StartServer(service_);
+  HttpResponse health = Fetch(port_, "GET", "/health");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(JsonOf(health)["status"], "ok");
+  EXPECT_EQ(Fetch(port_, "GET", "/ready").status, 200);
+  ready_ = false;
+  HttpResponse not_ready = Fetch(port_, "GET", "/ready");
+  EXPECT_EQ(not_ready.status, 503);
+  EXPECT_EQ(Fetch(port_, "GET", "/health").status, 200);
+  ready_ = true;
+
+  HttpResponse models = Fetch(port_, "GET", "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(models.headers["content-type"], "application/json");
+  EXPECT_EQ(JsonOf(models)["data"][0]["id"], "tiny");
+  EXPECT_EQ(JsonOf(Fetch(port_, "GET", "/v1/models/tiny"))["id"], "tiny");
+  HttpResponse missing = Fetch(port_, "GET", "/v1/models/other");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(JsonOf(missing)["error"]["code"], "model_not_found");
+}
+
+TEST_F(HttpServerTest, Completion) {
+  StartServer(service_);
+  HttpResponse r = Fetch(port_, "POST", "/v1/completions",
+                         CompletionBody(5, false, R"(, "seed": 7, "temperature": 0.5)"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = JsonOf(r);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_EQ(j["choices"][0]["text"], "abcde");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 10);  // BOS + "Once upon"
+  EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(j["usage"]["total_tokens"], 15);
+  EXPECT_EQ(j["usage"]["speculative"]["draft_tokens"], 10);
+  EXPECT_EQ(j["usage"]["speculative"]["accepted_tokens"], 5);
+  EXPECT_EQ(r.headers["x-request-id"], j["id"].get<std::string>());
+  EXPECT_TRUE(absl::StartsWith(j["id"].get<std::string>(), "cmpl-"));
+
+  std::vector<GenerationRequest> submitted = service_.submitted();
+  ASSERT_THAT(submitted, SizeIs(1));
+  EXPECT_EQ(submitted[0].id, j["id"]);
+  EXPECT_EQ(submitted[0].params.seed, 7u);
+  EXPECT_EQ(submitted[0].params.temperature, 0.5f);
+  EXPECT_EQ(submitted[0].params.max_tokens, 5);
+}
+
+TEST_F(HttpServerTest, ChatAndStopTokenFinish) {
+  StartServer(service_);
+  HttpResponse r = Fetch(port_, "POST", "/v1/chat/completions", ChatBody(4));
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = JsonOf(r);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_TRUE(absl::StartsWith(j["id"].get<std::string>(), "chatcmpl-"));
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "abcd");
+  // "c" is a stop token: generation ends there with finish_reason "stop".
+  std::string body = absl::StrCat(R"({"prompt": "x", "max_tokens": 10, "stop_token_ids": [)",
+                                  ByteTokenizer::IdOf('c'), "]}");
+  json stopped = JsonOf(Fetch(port_, "POST", "/v1/completions", body));
+  EXPECT_EQ(stopped["choices"][0]["text"], "ab");
+  EXPECT_EQ(stopped["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(HttpServerTest, StreamingCompletionAndChat) {
+  StartServer(service_);
+  HttpResponse r = Fetch(port_, "POST", "/v1/completions",
+                         CompletionBody(6, true, R"(, "stream_options": {"include_usage": true})"));
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers["content-type"], "text/event-stream");
+  EXPECT_EQ(r.headers["transfer-encoding"], "chunked");
+  std::vector<std::string> data = SseData(r.body);
+  ASSERT_GE(data.size(), 3u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  EXPECT_EQ(TextOf(r, false, true), "abcdef");
+  json usage = json::parse(data[data.size() - 2]);
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 6);
+  json finish = json::parse(data[data.size() - 3]);
+  EXPECT_EQ(finish["choices"][0]["finish_reason"], "length");
+
+  HttpResponse chat = Fetch(port_, "POST", "/v1/chat/completions", ChatBody(3, true));
+  ASSERT_EQ(chat.status, 200);
+  std::vector<std::string> chat_data = SseData(chat.body);
+  EXPECT_EQ(json::parse(chat_data[0])["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chat_data.back(), "[DONE]");
+  EXPECT_EQ(TextOf(chat, true, true), "abc");
+}
+
+TEST_F(HttpServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  StartServer(service_);
+  HttpConnection c(port_);
+  ASSERT_TRUE(c.connected());
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(c.SendRequest("POST", "/v1/completions", CompletionBody(i, i == 2)));
+    HttpResponse r = c.ReadResponse();
+    ASSERT_EQ(r.status, 200);
+    EXPECT_EQ(TextOf(r, false, i == 2), ScriptedGenerationService::ExpectedText(i));
+  }
+  ASSERT_TRUE(c.SendRequest("GET", "/health", ""));
+  EXPECT_EQ(c.ReadResponse().status, 200);
+}
+
+struct Malformed {
+  std::string method;
+  std::string path;
+  std::string body;
+  int status;
+  std::string param;  // "" when the error names no field
+};
+
+TEST_F(HttpServerTest, MalformedRequestsGet4xxAndTheServerKeepsServing) {
+  HttpServerOptions options;
+  options.max_body_bytes = 4096;
+  StartServer(service_, options);
+  const std::string msg = R"("messages": [{"role": "user", "content": "hi"}])";
+  const std::vector<Malformed> cases = {
+      {"POST", "/v1/completions", "", 400, ""},
+      {"POST", "/v1/completions", "{\"prompt\": ", 400, ""},
+      {"POST", "/v1/completions", "\xff\xfe", 400, ""},
+      {"POST", "/v1/completions", "[]", 400, ""},
+      {"POST", "/v1/completions", "null", 400, ""},
+      {"POST", "/v1/completions", R"({"prompt": "x", "model": "gpt-3.5"})", 404, "model"},
+      {"POST", "/v1/completions", R"({"max_tokens": 3})", 400, "prompt"},
+      {"POST", "/v1/completions", R"({"prompt": {"a": 1}})", 400, "prompt"},
+      {"POST", "/v1/completions", R"({"prompt": [1, 2, 99999]})", 400, "prompt[2]"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "max_tokens": -1})", 400, "max_tokens"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 100000})", 400, "max_tokens"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 1e3})", 400, "max_tokens"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "temperature": 3})", 400, "temperature"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "temperature": "0"})", 400, "temperature"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "top_p": 0.0})", 400, "top_p"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "top_p": 2})", 400, "top_p"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "top_k": -5})", 400, "top_k"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "top_k": 1.5})", 400, "top_k"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "seed": "abc"})", 400, "seed"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "stop": {"a": 1}})", 400, "stop"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "stop": [null]})", 400, "stop[0]"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "stop_token_ids": ["a"]})", 400,
+       "stop_token_ids[0]"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "stream": 1})", 400, "stream"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "logprobs": 10})", 400, "logprobs"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "n": 4})", 400, "n"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "best_of": 2})", 400, "best_of"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "echo": true})", 400, "echo"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "presence_penalty": 1})", 400,
+       "presence_penalty"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "logit_bias": {"1": 1}})", 400, "logit_bias"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "speculation": "off"})", 400, "speculation"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "max_draft_tokens": 100})", 400,
+       "max_draft_tokens"},
+      {"POST", "/v1/chat/completions", R"({"messages": {}})", 400, "messages"},
+      {"POST", "/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "x"}]})", 400,
+       "messages[0].role"},
+      {"POST", "/v1/chat/completions", "{" + msg + R"(, "tools": [{"type": "function"}]})", 400,
+       "tools"},
+      {"POST", "/v1/chat/completions", "{" + msg + R"(, "top_logprobs": 3})", 400, "top_logprobs"},
+      {"POST", "/v1/completions", "{\"prompt\": \"" + std::string(5000, 'x') + "\"}", 413, "body"},
+      {"GET", "/v1/completions", "", 405, ""},
+      {"DELETE", "/v1/models", "", 405, ""},
+      {"POST", "/health", "", 405, ""},
+      {"GET", "/v2/nothing", "", 404, ""},
+      {"GET", "/v1/nothing", "", 404, ""},
+  };
+  ASSERT_GE(cases.size(), 30u);
+  for (const Malformed& c : cases) {
+    SCOPED_TRACE(c.method + " " + c.path + " " + c.body.substr(0, 80));
+    HttpResponse r = Fetch(port_, c.method, c.path, c.body);
+    EXPECT_EQ(r.status, c.status) << r.body;
+    EXPECT_EQ(r.headers["content-type"], "application/json");
+    json j = JsonOf(r);
+    ASSERT_TRUE(j.is_object()) << r.body;
+    ASSERT_TRUE(j.contains("error")) << r.body;
+    EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+    if (c.param.empty()) {
+      EXPECT_TRUE(j["error"]["param"].is_null()) << r.body;
+    } else {
+      EXPECT_EQ(j["error"]["param"], c.param) << r.body;
+      EXPECT_THAT(j["error"]["message"].get<std::string>(),
+                  HasSubstr(c.param == "body" ? "limit" : c.param));
+    }
+  }
+  EXPECT_TRUE(service_.submitted().empty());
+  EXPECT_TRUE(Healthy());
+}
+
+TEST_F(HttpServerTest, UnknownFieldsAreServedAndLoggedOnce) {
+  StartServer(service_);
+  for (int i = 0; i < 3; ++i) {
+    HttpResponse r = Fetch(port_, "POST", "/v1/completions",
+                           CompletionBody(2, false, R"(, "mirostat": 2)"));
+    EXPECT_EQ(r.status, 200) << r.body;
+  }
+  int mentions = 0;
+  for (const std::string& line : log()) mentions += absl::StrContains(line, "'mirostat'");
+  EXPECT_EQ(mentions, 1);
+}
+
+TEST_F(HttpServerTest, ApiKey) {
+  HttpServerOptions options;
+  options.api_key = "sk-secret";
+  StartServer(service_, options);
+  HttpResponse none = Fetch(port_, "POST", "/v1/completions", CompletionBody(2));
+  EXPECT_EQ(none.status, 401);
+  EXPECT_EQ(JsonOf(none)["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(none.headers["www-authenticate"], "Bearer");
+  for (const char* header : {"Authorization: Bearer sk-secreT\r\n",
+                             "Authorization: Bearer sk-secret2\r\n",
+                             "Authorization: Bearer sk-secre\r\n", "Authorization: Bearer \r\n",
+                             "Authorization: sk-secret\r\n", "Authorization: Basic sk-secret\r\n"}) {
+    EXPECT_EQ(Fetch(port_, "GET", "/v1/models", "", header).status, 401) << header;
+  }
+  EXPECT_EQ(Fetch(port_, "GET", "/v1/models", "", "Authorization: Bearer sk-secret\r\n").status,
+            200);
+  HttpResponse ok = Fetch(port_, "POST", "/v1/completions", CompletionBody(2),
+                          "Authorization: bearer sk-secret\r\n");
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(TextOf(ok, false, false), "ab");
+  // Probes stay open for orchestrators.
+  EXPECT_EQ(Fetch(port_, "GET", "/health").status, 200);
+  EXPECT_EQ(Fetch(port_, "GET", "/ready").status, 200);
+}
+
+TEST_F(HttpServerTest, BodyLimit) {
+  HttpServerOptions options;
+  options.max_body_bytes = 1024;
+  StartServer(service_, options);
+  std::string big = CompletionBody(2, false, absl::StrCat(R"(, "user": ")", std::string(2000, 'u'),
+                                                          "\""));
+  HttpResponse r = Fetch(port_, "POST", "/v1/completions", big);
+  EXPECT_EQ(r.status, 413);
+  EXPECT_EQ(JsonOf(r)["error"]["param"], "body");
+
+  // A huge announced length is refused before the body arrives.
+  HttpConnection c(port_);
+  ASSERT_TRUE(c.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1073741824\r\n"
+                     "\r\n{\"prompt\": \""));
+  EXPECT_EQ(c.ReadResponse().status, 413);
+
+  // A chunked body is cut off at the limit as well.
+  HttpConnection chunked(port_);
+  ASSERT_TRUE(chunked.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                           "Transfer-Encoding: chunked\r\n\r\n"));
+  std::string piece(500, ' ');
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(chunked.Send(absl::StrCat(absl::Hex(piece.size()), "\r\n", piece, "\r\n")));
+  }
+  ASSERT_TRUE(chunked.Send("0\r\n\r\n"));
+  EXPECT_EQ(chunked.ReadResponse().status, 413);
+
+  std::string small = CompletionBody(2);
+  ASSERT_LT(small.size(), 1024u);
+  EXPECT_TRUE(Healthy());
+}
+
+TEST_F(HttpServerTest, FullQueueIs429AndShuttingDownEngineIs503) {
+  ScriptedGenerationService::Options service_options;
+  service_options.max_running = 0;
+  ScriptedGenerationService& full = MakeService<ScriptedGenerationService>(service_options);
+  StartServer(full);
+  HttpResponse r = Fetch(port_, "POST", "/v1/completions", CompletionBody(2));
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(r.headers["retry-after"], "1");
+  EXPECT_EQ(JsonOf(r)["error"]["type"], "rate_limit_error");
+  full.SetUnavailable(true);
+  r = Fetch(port_, "POST", "/v1/chat/completions", ChatBody(2));
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.headers["retry-after"], "1");
+  EXPECT_EQ(server_->in_flight(), 0);
+}
+
+TEST_F(HttpServerTest, ClientDisconnectMidStreamCancelsTheRequest) {
+  ScriptedGenerationService::Options service_options;
+  service_options.step = std::chrono::milliseconds(5);
+  ScriptedGenerationService& slow = MakeService<ScriptedGenerationService>(service_options);
+  StartServer(slow);
+  HttpConnection c(port_);
+  ASSERT_TRUE(c.SendRequest("POST", "/v1/completions", CompletionBody(50000, true)));
+  ASSERT_TRUE(c.ReadUntil("\r\n\r\n"));
+  size_t at = c.buffer().find("X-Request-Id: ");
+  ASSERT_NE(at, std::string::npos);
+  std::string id = c.buffer().substr(at + 14, c.buffer().find("\r\n", at) - at - 14);
+  // Read a few tokens, then hang up.
+  ASSERT_TRUE(c.ReadUntil("\"text\":\"c\""));
+  c.Close();
+  EXPECT_TRUE(slow.WaitForCancel(id, std::chrono::seconds(10)));
+  EXPECT_TRUE(slow.WaitIdle(std::chrono::seconds(10)));
+  EXPECT_TRUE(WaitNoneInFlight());
+}
+
+// request_timeout_ms bounds one socket operation, not a whole generation.
+TEST_F(HttpServerTest, GenerationsOutlastTheSocketTimeout) {
+  ScriptedGenerationService::Options service_options;
+  service_options.step = std::chrono::milliseconds(20);
+  ScriptedGenerationService& slow = MakeService<ScriptedGenerationService>(service_options);
+  HttpServerOptions options;
+  options.request_timeout_ms = 200;
+  options.heartbeat = absl::Seconds(10);
+  StartServer(slow, options);
+  HttpResponse whole = Fetch(port_, "POST", "/v1/completions", CompletionBody(40));
+  ASSERT_EQ(whole.status, 200);
+  EXPECT_EQ(TextOf(whole, false, false), ScriptedGenerationService::ExpectedText(40));
+  HttpResponse streamed = Fetch(port_, "POST", "/v1/completions", CompletionBody(40, true));
+  ASSERT_EQ(streamed.status, 200);
+  EXPECT_EQ(TextOf(streamed, false, true), ScriptedGenerationService::ExpectedText(40));
+}
+
+TEST_F(HttpServerTest, ThirtyTwoConcurrentClients) {
+  ScriptedGenerationService::Options service_options;
+  service_options.step = std::chrono::milliseconds(2);
+  ScriptedGenerationService& service = MakeService<ScriptedGenerationService>(service_options);
+  StartServer(service);
+  constexpr int kClients = 32;
+  std::vector<HttpResponse> responses(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      const bool chat = i % 2 == 1;
+      const bool stream = i % 4 >= 2;
+      const int max_tokens = 5 + i;
+      const std::string usage = stream ? R"(, "stream_options": {"include_usage": true})" : "";
+      std::string body = chat ? ChatBody(max_tokens, stream, usage)
+                              : CompletionBody(max_tokens, stream, usage);
+      responses[i] = Fetch(port_, "POST", chat ? "/v1/chat/completions" : "/v1/completions", body);
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    SCOPED_TRACE(i);
+    const bool chat = i % 2 == 1;
+    const bool stream = i % 4 >= 2;
+    const int max_tokens = 5 + i;
+    ASSERT_EQ(responses[i].status, 200) << responses[i].body;
+    EXPECT_EQ(TextOf(responses[i], chat, stream), ScriptedGenerationService::ExpectedText(max_tokens));
+    json usage;
+    if (stream) {
+      std::vector<std::string> data = SseData(responses[i].body);
+      ASSERT_GE(data.size(), 2u);
+      usage = json::parse(data[data.size() - 2])["usage"];
+    } else {
+      usage = JsonOf(responses[i])["usage"];
+    }
+    EXPECT_EQ(usage["completion_tokens"], max_tokens);
+    EXPECT_EQ(usage["total_tokens"], usage["prompt_tokens"].get<int>() + max_tokens);
+  }
+  EXPECT_EQ(service.submitted().size(), static_cast<size_t>(kClients));
+  EXPECT_TRUE(WaitNoneInFlight());
+}
+
+TEST_F(HttpServerTest, DrainLetsShortRequestsFinishAndRefusesNewOnes) {
+  ScriptedGenerationService::Options service_options;
+  service_options.step = std::chrono::milliseconds(20);
+  ScriptedGenerationService& service = MakeService<ScriptedGenerationService>(service_options);
+  StartServer(service);
+  constexpr int kRequests = 4;
+  std::vector<HttpResponse> responses(kRequests);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kRequests; ++i) {
+    clients.emplace_back([&, i] {
+      responses[i] = Fetch(port_, "POST", "/v1/completions", CompletionBody(20, i % 2 == 0));
+    });
+  }
+  for (int i = 0; i < 500 && server_->in_flight() < kRequests; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(server_->in_flight(), kRequests);
+  std::thread drain([&] { server_->Shutdown(absl::Seconds(20)); });
+  for (int i = 0; i < 500 && Fetch(port_, "GET", "/ready").status != 503; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  HttpResponse refused = Fetch(port_, "POST", "/v1/completions", CompletionBody(2));
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_EQ(refused.headers["retry-after"], "1");
+  EXPECT_EQ(Fetch(port_, "GET", "/health").status, 200);
+  drain.join();
+  for (std::thread& t : clients) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_EQ(responses[i].status, 200);
+    EXPECT_EQ(TextOf(responses[i], false, i % 2 == 0), ScriptedGenerationService::ExpectedText(20));
+  }
+  EXPECT_TRUE(service.cancelled().empty());
+  EXPECT_FALSE(HttpConnection(port_).connected());  // the listener is closed
+}
+
+TEST_F(HttpServerTest, DrainCancelsRequestsPastTheDeadline) {
+  ScriptedGenerationService::Options service_options;
+  service_options.step = std::chrono::milliseconds(5);
+  ScriptedGenerationService& service = MakeService<ScriptedGenerationService>(service_options);
+  StartServer(service);
+  HttpResponse streamed, whole;
+  std::thread a([&] {
+    streamed = Fetch(port_, "POST", "/v1/completions", CompletionBody(90000, true));
+  });
+  std::thread b([&] { whole = Fetch(port_, "POST", "/v1/chat/completions", ChatBody(90000)); });
+  for (int i = 0; i < 500 && server_->in_flight() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(server_->in_flight(), 2);
+  auto start = std::chrono::steady_clock::now();
+  server_->Shutdown(absl::Milliseconds(200));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  a.join();
+  b.join();
+  EXPECT_THAT(service.cancelled(), SizeIs(2));
+  ASSERT_EQ(streamed.status, 200);
+  std::vector<std::string> data = SseData(streamed.body);
+  ASSERT_GE(data.size(), 2u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  EXPECT_EQ(json::parse(data[data.size() - 2])["error"]["type"], "server_error");
+  EXPECT_EQ(whole.status, 503);
+  EXPECT_TRUE(JsonOf(whole).contains("error"));
+}
+
+// An engine that never answers, not even a cancellation.
+class SilentService : public GenerationService {
+ public:
+  absl::Status Submit(GenerationRequest, GenerationCallback) override {
+    ++submitted;
+    return absl::OkStatus();
+  }
+  void Cancel(const std::string&) override { ++cancelled; }
+  std::atomic<int> submitted{0};
+  std::atomic<int> cancelled{0};
+};
+
+TEST_F(HttpServerTest, DrainDoesNotHangOnAnEngineThatNeverFinishes) {
+  SilentService& silent = MakeService<SilentService>();
+  HttpServerOptions options;
+  options.cancel_grace = absl::Milliseconds(100);
+  options.heartbeat = absl::Milliseconds(50);
+  StartServer(silent, options);
+  HttpResponse streamed, whole;
+  std::thread a([&] { streamed = Fetch(port_, "POST", "/v1/completions", CompletionBody(5, true)); });
+  std::thread b([&] { whole = Fetch(port_, "POST", "/v1/completions", CompletionBody(5)); });
+  for (int i = 0; i < 500 && server_->in_flight() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(server_->in_flight(), 2);
+  server_->Shutdown(absl::Milliseconds(100));
+  a.join();
+  b.join();
+  EXPECT_EQ(silent.cancelled, 2);
+  EXPECT_EQ(whole.status, 503);
+  ASSERT_EQ(streamed.status, 200);
+  EXPECT_THAT(streamed.body, HasSubstr(": keep-alive"));  // idle heartbeats
+  std::vector<std::string> data = SseData(streamed.body);
+  ASSERT_GE(data.size(), 2u);
+  EXPECT_TRUE(json::parse(data[0]).contains("error"));
+  EXPECT_EQ(data.back(), "[DONE]");
+}
+
+TEST_F(HttpServerTest, IdleShutdownIsPrompt) {
+  StartServer(service_);
+  EXPECT_EQ(Fetch(port_, "GET", "/health").status, 200);
+  auto start = std::chrono::steady_clock::now();
+  server_->Shutdown(absl::Seconds(30));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1000));
+  EXPECT_FALSE(HttpConnection(port_).connected());
+  server_->Shutdown(absl::Seconds(30));  // a second call does nothing
+}
+
+TEST_F(HttpServerTest, StartFailsOnABusyPort) {
+  StartServer(service_);
+  HttpServerOptions options;
+  options.port = port_;
+  HttpServer second(options, api_, service_);
+  absl::Status s = second.Start();
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr(absl::StrCat(port_)));
+}
+
+}  // namespace
+}  // namespace verdict

@@ -1,0 +1,91 @@
+// The model forward pass over a ragged batch, and its CPU backend.
+//
+// A ForwardBatch packs the query tokens of several requests back to back:
+// a draft step brings 1 token, a verification gamma + 1, a prefill many.
+// Each request's tokens sit at positions start_position ... start + n - 1;
+// the step writes their keys and values into the request's cache slots,
+// then every query attends to the request's keys at positions <= its own
+// (and inside the window on sliding layers). Positions advance by accepted
+// tokens only: the caller starts the next step at the first position whose
+// token was not accepted, and the rows written for rejected drafts are
+// simply written again.
+//
+// ModelRunner is the seam between the engine and a backend. The CPU backend
+// (CreateCpuLlamaModel) is plain float32 C++ and the oracle every other
+// backend is tested against.
+#ifndef VERDICT_RUNTIME_LLAMA_MODEL_H_
+#define VERDICT_RUNTIME_LLAMA_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "comm/communicator.h"
+#include "runtime/kv_cache.h"
+#include "runtime/model_config.h"
+#include "runtime/weights.h"
+
+namespace verdict {
+
+struct ForwardRequest {
+  int kv_handle = -1;          // from KvCache::Allocate
+  int64_t start_position = 0;  // position of token_ids[0]
+  absl::Span<const int32_t> token_ids;  // not owned; alive during Forward
+  // Logit rows wanted: the last `num_logits` query tokens (a prefill wants
+  // 1, a verification all gamma + 1). -1 means every query token.
+  int num_logits = -1;
+
+  int logit_rows() const {
+    return num_logits < 0 ? static_cast<int>(token_ids.size()) : num_logits;
+  }
+};
+
+struct ForwardBatch {
+  std::vector<ForwardRequest> requests;
+
+  int64_t num_tokens() const;
+  int64_t num_logit_rows() const;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+
+  virtual const ModelConfig& config() const = 0;
+
+  // Runs the batch and writes num_logit_rows() x vocab_size float32 logits,
+  // requests in batch order, each request's rows in position order. Every
+  // tensor-parallel rank calls Forward with the same batch and receives the
+  // same full-vocabulary logits. `logits` lives where the backend computes
+  // (host memory for the CPU backend). One Forward at a time per model.
+  virtual absl::Status Forward(const ForwardBatch& batch, float* logits) = 0;
+};
+
+struct CpuModelOptions {
+  // Threads for the matrix products; 0 = hardware concurrency. Results do
+  // not depend on it (each output element is summed in a fixed order).
+  int num_threads = 0;
+};
+
+// Loads this rank's shard of the weights from `source` and keeps a host KV
+// storage for `kv_cache` (which must outlive the model and be built for the
+// same model and tp). `comm` may be null for a single rank; otherwise its
+// world size is the tensor-parallel degree.
+absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCpuLlamaModel(const ModelConfig& config,
+                                                                 const WeightSource& source,
+                                                                 const KvCache* kv_cache,
+                                                                 Communicator* comm,
+                                                                 CpuModelOptions options = {});
+
+// Checks a batch against the cache before any work: live handles, positions
+// inside each request's reservation, token ids inside the vocabulary, logit
+// counts no larger than the query tokens, no handle twice.
+absl::Status ValidateForwardBatch(const ForwardBatch& batch, const ModelConfig& config,
+                                  const KvCache& kv_cache);
+
+}  // namespace verdict
+
+#endif  // VERDICT_RUNTIME_LLAMA_MODEL_H_

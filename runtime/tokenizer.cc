@@ -1,0 +1,131 @@
+#include "runtime/tokenizer.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/internal/sentencepiece_adapter.h"
+
+namespace verdict {
+
+struct SentencePieceTokenizer::Impl {
+  std::unique_ptr<internal::SentencePieceAdapter> processor;
+};
+
+SentencePieceTokenizer::SentencePieceTokenizer(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
+
+absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(
+    const std::string& path) {
+  auto impl = std::make_unique<Impl>();
+  std::string error;
+  impl->processor = internal::SentencePieceAdapter::Load(path, &error);
+  if (impl->processor == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot load SentencePiece model: ", error));
+  }
+  return std::unique_ptr<SentencePieceTokenizer>(new SentencePieceTokenizer(std::move(impl)));
+}
+
+absl::StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(std::string_view text,
+                                                                    bool add_bos) const {
+  std::vector<int> pieces;
+  std::string error;
+  if (!impl_->processor->Encode(text, &pieces, &error)) {
+    return absl::InvalidArgumentError(absl::StrCat("SentencePiece encode: ", error));
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(pieces.size() + 1);
+  if (add_bos && bos_id() >= 0) ids.push_back(bos_id());
+  ids.insert(ids.end(), pieces.begin(), pieces.end());
+  return ids;
+}
+
+absl::StatusOr<std::string> SentencePieceTokenizer::Decode(absl::Span<const int32_t> ids) const {
+  std::vector<int> pieces(ids.begin(), ids.end());
+  for (int id : pieces) {
+    if (id < 0 || id >= vocab_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", id, " outside the vocabulary (", vocab_size(), ")"));
+    }
+  }
+  std::string text, error;
+  if (!impl_->processor->Decode(pieces, &text, &error)) {
+    return absl::InvalidArgumentError(absl::StrCat("SentencePiece decode: ", error));
+  }
+  return text;
+}
+
+int SentencePieceTokenizer::vocab_size() const { return impl_->processor->piece_size(); }
+int SentencePieceTokenizer::bos_id() const { return impl_->processor->bos_id(); }
+int SentencePieceTokenizer::eos_id() const { return impl_->processor->eos_id(); }
+
+std::string SentencePieceTokenizer::IdToPiece(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return "";
+  return impl_->processor->IdToPiece(id);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path sp = fs::path(model_dir) / "tokenizer.model";
+  if (fs::exists(sp, ec)) {
+    absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> t =
+        SentencePieceTokenizer::Load(sp.string());
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<Tokenizer>(*std::move(t));
+  }
+  if (fs::exists(fs::path(model_dir) / "tokenizer.json", ec)) {
+    return absl::UnimplementedError(
+        absl::StrCat(model_dir, ": only tokenizer.json is present; this build reads "
+                                "SentencePiece tokenizer.model files"));
+  }
+  return absl::NotFoundError(absl::StrCat(model_dir, ": no tokenizer.model"));
+}
+
+namespace {
+
+// U+FFFD, which decoders produce for an incomplete UTF-8 sequence.
+constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";
+
+// Ids of context kept in the decode window: enough for the leading-space
+// rule of the first generated piece.
+constexpr size_t kContextWindow = 6;
+
+}  // namespace
+
+IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer* tokenizer,
+                                               absl::Span<const int32_t> context)
+    : tokenizer_(tokenizer), ids_(context.begin(), context.end()) {
+  read_offset_ = ids_.size();
+  prefix_offset_ = ids_.size() > kContextWindow ? ids_.size() - kContextWindow : 0;
+}
+
+absl::StatusOr<std::string> IncrementalDetokenizer::Append(int32_t id) {
+  ids_.push_back(id);
+  return Emit(/*final=*/false);
+}
+
+absl::StatusOr<std::string> IncrementalDetokenizer::Finish() { return Emit(/*final=*/true); }
+
+absl::StatusOr<std::string> IncrementalDetokenizer::Emit(bool final) {
+  if (read_offset_ == ids_.size()) return std::string();
+  absl::Span<const int32_t> all(ids_);
+  absl::StatusOr<std::string> prefix =
+      tokenizer_->Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_));
+  if (!prefix.ok()) return prefix.status();
+  absl::StatusOr<std::string> full = tokenizer_->Decode(all.subspan(prefix_offset_));
+  if (!full.ok()) return full.status();
+  const bool partial = full->size() >= kReplacementChar.size() &&
+                       full->compare(full->size() - kReplacementChar.size(),
+                                     kReplacementChar.size(), kReplacementChar) == 0;
+  if (!final && (full->size() <= prefix->size() || partial)) return std::string();
+  std::string delta =
+      full->size() > prefix->size() ? full->substr(prefix->size()) : std::string();
+  prefix_offset_ = read_offset_;
+  read_offset_ = ids_.size();
+  return delta;
+}
+
+}  // namespace verdict

@@ -1,0 +1,172 @@
+// Where the planner's confidences come from: one confidence per draft, the
+// estimated chance that the target accepts it given that every earlier draft
+// of the request was accepted. Confidence orders verification; only the
+// target decides acceptance (seed 001, "Confidence schedules verification;
+// verification decides acceptance").
+//
+// Two sources share one interface (seed 002, "Confidence"):
+//  - OnlineAcceptanceEstimator, for drafts without a confidence head: per draft
+//    position k a logistic model c_k = sigmoid(w_k * x + b_k) on
+//    x = logit(q_max), refit online from verify outcomes;
+//  - HeadConfidence, for drafts that carry a trained confidence head.
+// Both are deterministic: every TP rank feeds the same stream and ends in the
+// same state, bit for bit, which StateHash lets the engine check.
+#ifndef VERDICT_SCHEDULER_ACCEPTANCE_ESTIMATOR_H_
+#define VERDICT_SCHEDULER_ACCEPTANCE_ESTIMATOR_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace verdict {
+
+// What the engine knows after one request's verify, for the confidence source.
+struct VerifyObservation {
+  int64_t request_id = 0;
+  // The gamma draft signals the confidences of this step were scored from
+  // (see ConfidenceSource::Score). Under overlap scheduling these are the
+  // signals of the step that was verified, not of the newest drafts.
+  absl::Span<const float> draft_signals;
+  // Drafts the target verified for the request: the plan's verify length - 1.
+  int32_t num_verified_drafts = 0;
+  // Accepted prefix: drafts accepted before the first rejection, at most
+  // num_verified_drafts.
+  int32_t accepted_drafts = 0;
+};
+
+class ConfidenceSource {
+ public:
+  virtual ~ConfidenceSource() = default;
+
+  // Draft positions per request (gamma).
+  virtual int gamma() const = 0;
+
+  // False while the source is on its prior: the planner must then verify every
+  // draft (and so collect observations for every position).
+  virtual bool ready() const = 0;
+
+  // signals[i * gamma + j] is what the draft reported for draft j of request
+  // i: the maximum probability q_max of the distribution the draft token was
+  // drawn from, at the request's temperature (1 for greedy rows), or the
+  // output of its confidence head. Writes confidences[i * gamma + j] in
+  // [0, 1]. Refuses spans of different sizes or a size that is not a
+  // multiple of gamma.
+  virtual absl::Status Score(absl::Span<const float> signals, absl::Span<double> confidences) const = 0;
+
+  // Folds one verify step's outcomes, whatever their order in the span.
+  virtual absl::Status Observe(absl::Span<const VerifyObservation> observations) = 0;
+
+  // Hash of everything that decides future confidences; equal on every rank.
+  virtual uint64_t StateHash() const = 0;
+};
+
+struct AcceptanceEstimatorOptions {
+  int gamma = 5;
+  // Steps between refits (every position is refit on the same steps).
+  int refit_interval_steps = 32;
+  // Observations a position needs before its first fit; until every position
+  // has a fit the estimator is not ready and the planner verifies everything.
+  int min_observations = 128;
+  // Most recent observations kept per position: the fit follows a drifting
+  // workload, and memory and refit time stay bounded.
+  int window = 4096;
+  // L2 penalty on (w, b); keeps the fit finite when a window is separable.
+  double l2 = 1.0;
+  // q_max is clamped to [q_floor, 1 - q_floor] before the logit, so
+  // x stays finite (|x| <= 13.8 for the default).
+  double q_floor = 1e-6;
+  int max_newton_iterations = 50;
+};
+
+// Per-position logistic model of acceptance, refit by Newton's method (IRLS)
+// with L2 regularisation. It scores the draft distribution, never the drawn
+// token, so trimming stays lossless (seed 002).
+//
+// Determinism by construction: observations are folded in request-id order,
+// in double precision, on the calling thread; exp and log are the
+// determinism.h versions, so two estimators fed the same stream end
+// bit-identical on any host.
+class OnlineAcceptanceEstimator final : public ConfidenceSource {
+ public:
+  static absl::StatusOr<OnlineAcceptanceEstimator> Create(const AcceptanceEstimatorOptions& options);
+
+  int gamma() const override { return options_.gamma; }
+  bool ready() const override;
+  // A position without a fit yet scores 1 (the prior verifies everything).
+  absl::Status Score(absl::Span<const float> signals, absl::Span<double> confidences) const override;
+  // Per request, in request-id order: drafts 0..accepted_drafts-1 are accepted
+  // observations; draft accepted_drafts, if it was verified, is the rejected
+  // one; later drafts are not observations (a draft after the first rejection
+  // says nothing about its own acceptance). Refits on every
+  // refit_interval_steps-th call. Refuses, without changing the state, a
+  // signal span of the wrong size, counts out of range or a repeated
+  // request id.
+  absl::Status Observe(absl::Span<const VerifyObservation> observations) override;
+  uint64_t StateHash() const override;
+
+  // The feature of one signal: logit(clamped q_max).
+  double Feature(float q_max) const;
+
+  struct Position {
+    bool fitted = false;
+    double slope = 0;      // w_k
+    double intercept = 0;  // b_k
+    int64_t observations = 0;     // ever folded
+    int64_t accepted = 0;         // ever folded with outcome 1
+    int64_t refits = 0;           // accepted refits
+    int64_t rejected_refits = 0;  // refits refused (negative slope, no convergence)
+  };
+  const Position& position(int k) const { return positions_[k]; }
+  int64_t steps() const { return steps_; }
+  const AcceptanceEstimatorOptions& options() const { return options_; }
+
+ private:
+  explicit OnlineAcceptanceEstimator(const AcceptanceEstimatorOptions& options);
+
+  // One position's recent observations, oldest first from `head`.
+  struct Window {
+    std::vector<double> x;
+    std::vector<uint8_t> y;
+    int size = 0;
+    int head = 0;  // slot of the oldest observation once full
+  };
+  void Push(int k, double x, bool accepted);
+  void Refit(int k);
+
+  AcceptanceEstimatorOptions options_;
+  std::vector<Position> positions_;
+  std::vector<Window> windows_;
+  int64_t steps_ = 0;
+  std::vector<int> order_;  // reused: observation indices sorted by request id
+};
+
+// A draft that carries a trained confidence head: the signal is the head's
+// output, taken as the confidence (clamped to [0, 1], NaN as 0). Always
+// ready; Observe only keeps acceptance counts per position, for metrics.
+// A gamma below 1 is taken as 1.
+class HeadConfidence final : public ConfidenceSource {
+ public:
+  explicit HeadConfidence(int gamma);
+
+  int gamma() const override { return gamma_; }
+  bool ready() const override { return true; }
+  absl::Status Score(absl::Span<const float> signals, absl::Span<double> confidences) const override;
+  absl::Status Observe(absl::Span<const VerifyObservation> observations) override;
+  uint64_t StateHash() const override;
+
+  int64_t observations(int k) const { return observations_[k]; }
+  int64_t accepted(int k) const { return accepted_[k]; }
+
+ private:
+  int gamma_;
+  std::vector<int64_t> observations_;
+  std::vector<int64_t> accepted_;
+  std::vector<int> order_;  // reused by Observe
+};
+
+}  // namespace verdict
+
+#endif  // VERDICT_SCHEDULER_ACCEPTANCE_ESTIMATOR_H_

@@ -1,0 +1,252 @@
+#include "scheduler/cost_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace verdict {
+namespace {
+
+using json = nlohmann::json;
+
+// The segment used for x: the largest s with knots[s] <= x, clamped to
+// [0, n - 2]. Prediction and the planner's sweep both go through this
+// definition, so a query on a knot always uses the same segment (the two
+// neighbouring segments need not agree there to the last bit).
+int FindSegment(absl::Span<const double> knots, double x) {
+  const int n = static_cast<int>(knots.size());
+  if (n < 2) return 0;
+  const int s = static_cast<int>(std::upper_bound(knots.begin(), knots.end(), x) - knots.begin()) - 1;
+  return std::clamp(s, 0, n - 2);
+}
+
+// The slope of segment s of the curve through (knots, y(i)); 0 for a single
+// knot. Predict and CostCurve both interpolate as y(s) + slope * (x - x_s)
+// with the slope computed exactly this way, so they agree bit for bit (and
+// the curve can keep the slope from one query to the next).
+template <typename Y>
+double SegmentSlope(absl::Span<const double> knots, int s, Y y) {
+  if (knots.size() < 2) return 0.0;
+  return (y(s + 1) - y(s)) / (knots[s + 1] - knots[s]);
+}
+
+// Value at x on segment s (linear beyond the end knots too).
+template <typename Y>
+double OnSegment(absl::Span<const double> knots, int s, double x, Y y) {
+  return y(s) + SegmentSlope(knots, s, y) * (x - knots[s]);
+}
+
+std::string FormatNumber(double v) { return absl::StrFormat("%g", v); }
+
+absl::Status CheckGrid(const char* name, const std::vector<double>& grid) {
+  if (grid.empty()) return absl::InvalidArgumentError(absl::StrCat("cost table: ", name, " is empty"));
+  for (size_t i = 0; i < grid.size(); ++i) {
+    if (!std::isfinite(grid[i]) || grid[i] <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cost table: ", name, "[", i, "] = ",
+                                                     FormatNumber(grid[i]), " is not a positive number"));
+    }
+    if (i > 0 && !(grid[i] > grid[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cost table: ", name, "[", i, "] = ", FormatNumber(grid[i]), " is not above ", name, "[", i - 1,
+          "] = ", FormatNumber(grid[i - 1]), " (the grid must be strictly increasing)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> ParseGrid(const json& doc, const char* name) {
+  auto it = doc.find(name);
+  if (it == doc.end()) return absl::InvalidArgumentError(absl::StrCat("cost table: '", name, "' is missing"));
+  if (!it->is_array()) return absl::InvalidArgumentError(absl::StrCat("cost table: '", name, "' is not an array"));
+  std::vector<double> grid;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& v = (*it)[i];
+    if (!v.is_number()) {
+      return absl::InvalidArgumentError(absl::StrCat("cost table: ", name, "[", i, "] is not a number"));
+    }
+    grid.push_back(v.get<double>());
+  }
+  return grid;
+}
+
+std::string CellName(const std::vector<double>& batch_sizes, const std::vector<double>& verify_tokens, size_t b,
+                     size_t m) {
+  return absl::StrCat("seconds[", b, "][", m, "] (batch ", FormatNumber(batch_sizes[b]), ", tokens ",
+                      FormatNumber(verify_tokens[m]), ")");
+}
+
+json GridToJson(const std::vector<double>& grid) {
+  json out = json::array();
+  for (double v : grid) {
+    // Counts are written as integers so the file reads like the grid it is.
+    if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {
+      out.push_back(static_cast<int64_t>(v));
+    } else {
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+double CostCurve::At(double verify_tokens) const {
+  int segment = FindSegment(knots_, verify_tokens);
+  return AtNondecreasing(verify_tokens, &segment);
+}
+
+absl::StatusOr<CostTable> CostTable::Create(std::vector<double> batch_sizes, std::vector<double> verify_tokens,
+                                            std::vector<double> seconds) {
+  if (absl::Status s = CheckGrid("batch_sizes", batch_sizes); !s.ok()) return s;
+  if (absl::Status s = CheckGrid("verify_tokens", verify_tokens); !s.ok()) return s;
+  if (seconds.size() != batch_sizes.size() * verify_tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("cost table: ", seconds.size(), " cells for a ",
+                                                   batch_sizes.size(), " x ", verify_tokens.size(), " grid"));
+  }
+  for (size_t b = 0; b < batch_sizes.size(); ++b) {
+    for (size_t m = 0; m < verify_tokens.size(); ++m) {
+      const double t = seconds[b * verify_tokens.size() + m];
+      if (!std::isfinite(t) || t <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat("cost table: ", CellName(batch_sizes, verify_tokens, b, m),
+                                                       " = ", FormatNumber(t), " is not a positive time"));
+      }
+    }
+  }
+  CostTable table;
+  table.batch_sizes_ = std::move(batch_sizes);
+  table.verify_tokens_ = std::move(verify_tokens);
+  table.seconds_ = std::move(seconds);
+  return table;
+}
+
+absl::StatusOr<CostTable> CostTable::FromJson(std::string_view text) {
+  const json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return absl::InvalidArgumentError("cost table: not valid JSON");
+  if (!doc.is_object()) return absl::InvalidArgumentError("cost table: the top level is not an object");
+  absl::StatusOr<std::vector<double>> batch_sizes = ParseGrid(doc, "batch_sizes");
+  if (!batch_sizes.ok()) return batch_sizes.status();
+  absl::StatusOr<std::vector<double>> verify_tokens = ParseGrid(doc, "verify_tokens");
+  if (!verify_tokens.ok()) return verify_tokens.status();
+  // Grid errors first: a cell's name quotes its grid values.
+  if (absl::Status s = CheckGrid("batch_sizes", *batch_sizes); !s.ok()) return s;
+  if (absl::Status s = CheckGrid("verify_tokens", *verify_tokens); !s.ok()) return s;
+
+  auto rows = doc.find("seconds");
+  if (rows == doc.end()) return absl::InvalidArgumentError("cost table: 'seconds' is missing");
+  if (!rows->is_array()) return absl::InvalidArgumentError("cost table: 'seconds' is not an array");
+  if (rows->size() > batch_sizes->size()) {
+    return absl::InvalidArgumentError(absl::StrCat("cost table: 'seconds' has ", rows->size(),
+                                                   " rows, the batch grid has ", batch_sizes->size()));
+  }
+  std::vector<double> seconds;
+  seconds.reserve(batch_sizes->size() * verify_tokens->size());
+  for (size_t b = 0; b < batch_sizes->size(); ++b) {
+    if (b >= rows->size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cost table: ", CellName(*batch_sizes, *verify_tokens, b, 0), " is missing"));
+    }
+    const json& row = (*rows)[b];
+    if (!row.is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat("cost table: seconds[", b, "] (batch ",
+                                                     FormatNumber((*batch_sizes)[b]), ") is not an array"));
+    }
+    if (row.size() > verify_tokens->size()) {
+      return absl::InvalidArgumentError(absl::StrCat("cost table: seconds[", b, "] has ", row.size(),
+                                                     " cells, the token grid has ", verify_tokens->size()));
+    }
+    for (size_t m = 0; m < verify_tokens->size(); ++m) {
+      if (m >= row.size() || row[m].is_null()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cost table: ", CellName(*batch_sizes, *verify_tokens, b, m), " is missing"));
+      }
+      if (!row[m].is_number()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cost table: ", CellName(*batch_sizes, *verify_tokens, b, m), " is not a number"));
+      }
+      seconds.push_back(row[m].get<double>());
+    }
+  }
+  return Create(*std::move(batch_sizes), *std::move(verify_tokens), std::move(seconds));
+}
+
+absl::StatusOr<CostTable> CostTable::Load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cost table: cannot open ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  absl::StatusOr<CostTable> table = FromJson(buffer.str());
+  if (!table.ok()) {
+    return absl::Status(table.status().code(), absl::StrCat(path, ": ", table.status().message()));
+  }
+  return table;
+}
+
+std::string CostTable::ToJson() const {
+  json doc = json::object();
+  doc["batch_sizes"] = GridToJson(batch_sizes_);
+  doc["verify_tokens"] = GridToJson(verify_tokens_);
+  json rows = json::array();
+  for (size_t b = 0; b < batch_sizes_.size(); ++b) {
+    json row = json::array();
+    for (size_t m = 0; m < verify_tokens_.size(); ++m) row.push_back(seconds(b, m));
+    rows.push_back(std::move(row));
+  }
+  doc["seconds"] = std::move(rows);
+  return doc.dump(1) + "\n";
+}
+
+absl::Status CostTable::Save(const std::string& path) const {
+  // Written beside the target and renamed, so a reader never sees half a table.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return absl::PermissionDeniedError(absl::StrCat("cost table: cannot write ", tmp));
+    out << ToJson();
+    out.flush();
+    if (!out) return absl::DataLossError(absl::StrCat("cost table: writing ", tmp, " failed"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::PermissionDeniedError(absl::StrCat("cost table: cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+double CostTable::Predict(double batch_size, double verify_tokens) const {
+  // The same arithmetic as CurveAt followed by CostCurve::At, for the two
+  // token knots around verify_tokens only.
+  const absl::Span<const double> b_knots(batch_sizes_);
+  const absl::Span<const double> m_knots(verify_tokens_);
+  const int sb = FindSegment(b_knots, batch_size);
+  const int sm = FindSegment(m_knots, verify_tokens);
+  auto at_knot = [&](int m) {
+    return OnSegment(b_knots, sb, batch_size, [&](int b) { return seconds(b, m); });
+  };
+  const double v = OnSegment(m_knots, sm, verify_tokens, at_knot);
+  return v > kMinStepSeconds ? v : kMinStepSeconds;  // as CostCurve does, NaN included
+}
+
+void CostTable::CurveAt(double batch_size, CostCurve* curve) const {
+  const absl::Span<const double> b_knots(batch_sizes_);
+  const int sb = FindSegment(b_knots, batch_size);
+  curve->knots_ = absl::MakeConstSpan(verify_tokens_);
+  const int n = static_cast<int>(verify_tokens_.size());
+  curve->seconds_.resize(n);
+  for (int m = 0; m < n; ++m) {
+    curve->seconds_[m] = OnSegment(b_knots, sb, batch_size, [&](int b) { return seconds(b, m); });
+  }
+  curve->slopes_.resize(std::max(n - 1, 1));
+  const std::vector<double>& ys = curve->seconds_;
+  for (int s = 0; s < static_cast<int>(curve->slopes_.size()); ++s) {
+    curve->slopes_[s] = SegmentSlope(curve->knots_, s, [&ys](int i) { return ys[i]; });
+  }
+}
+
+}  // namespace verdict

@@ -1,0 +1,131 @@
+// The measured cost of one verify step: seconds as a function of the batch
+// size B (requests in the step) and the verify tokens M (target rows the
+// step runs). The planner prices each candidate budget k at cost(B, B + k)
+// (seed 002: "plans a per-step verify budget from a measured cost table").
+//
+// JSON form (what `Save` writes and `Load` reads):
+//   {"batch_sizes":   [1, 8, 64],          strictly increasing, positive
+//    "verify_tokens": [1, 16, 128, 512],   strictly increasing, positive
+//    "seconds":       [[...], [...], [...]]}  seconds[b][m], each > 0
+// Other keys are ignored, so a profiler may add its own metadata. Cells with
+// M < B cannot be measured (each request verifies at least one row); a
+// profiler writes the time at M = B there.
+#ifndef VERDICT_SCHEDULER_COST_TABLE_H_
+#define VERDICT_SCHEDULER_COST_TABLE_H_
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace verdict {
+
+// Predictions never go below this, so linear extrapolation below the grid
+// cannot price a step at zero or negative seconds.
+inline constexpr double kMinStepSeconds = 1e-6;
+
+class CostTable;
+
+// The table at one batch size, as a function of verify tokens: the cells
+// interpolated along the batch axis at every token knot. Exists so that the
+// planner can price M = B, B+1, ... without re-interpolating along B; its
+// values are bit-identical to CostTable::Predict. Valid while the table it
+// came from is alive.
+class CostCurve {
+ public:
+  double At(double verify_tokens) const;
+
+  // Same value as At; queries must be non-decreasing between calls that share
+  // `segment` (start it at 0), which makes a sweep over M linear in its
+  // length.
+  double AtNondecreasing(double verify_tokens, int* segment) const {
+    const int n = static_cast<int>(knots_.size());
+    int s = *segment;
+    // The segment FindSegment would pick: the last knot <= x, at most n - 2.
+    while (s + 2 < n && knots_[s + 1] <= verify_tokens) ++s;
+    *segment = s;
+    return Evaluate(s, verify_tokens);
+  }
+
+  // Calls visit(k, At(first + k)) for k = 0, 1, ..., count - 1, in order,
+  // with the same values as At (first integral, so that first + k is exact):
+  // the planner's sweep over candidate budgets.
+  // Inline, so that the per-k work is a multiply and an add.
+  template <typename Visit>
+  void Sweep(double first, int64_t count, Visit visit) const {
+    const int n = static_cast<int>(knots_.size());
+    const double* const knots = knots_.data();
+    int s = 0;
+    int64_t k = 0;
+    double m = first;  // first + k, exact for the integer counts used here
+    while (k < count) {
+      while (s + 2 < n && knots[s + 1] <= m) ++s;
+      // Within segment s until m reaches the next knot (the last segment
+      // runs to the end).
+      const bool last = s + 2 >= n;
+      const double next = last ? 0.0 : knots[s + 1];
+      for (; k < count && (last || m < next); ++k, m += 1.0) visit(k, Evaluate(s, m));
+    }
+  }
+
+ private:
+  friend class CostTable;
+
+  double Evaluate(int s, double verify_tokens) const {
+    const double v = seconds_[s] + slopes_[s] * (verify_tokens - knots_.data()[s]);
+    return v > kMinStepSeconds ? v : kMinStepSeconds;
+  }
+
+  absl::Span<const double> knots_;  // the table's verify_tokens
+  std::vector<double> seconds_;     // one per knot
+  // slopes_[s] = (seconds_[s+1] - seconds_[s]) / (knots_[s+1] - knots_[s]);
+  // a single knot has one slope of 0.
+  std::vector<double> slopes_;
+};
+
+class CostTable {
+ public:
+  // `seconds` is row-major, seconds[b * verify_tokens.size() + m]. Refuses a
+  // grid that is empty or not strictly increasing, a non-positive or
+  // non-finite grid value, a size mismatch, and a non-positive or non-finite
+  // time; each message names the offending entry.
+  static absl::StatusOr<CostTable> Create(std::vector<double> batch_sizes,
+                                          std::vector<double> verify_tokens,
+                                          std::vector<double> seconds);
+  // Parses the JSON form above; a missing cell is refused with its indices
+  // and its (batch, tokens) coordinates.
+  static absl::StatusOr<CostTable> FromJson(std::string_view text);
+  static absl::StatusOr<CostTable> Load(const std::string& path);
+
+  // Round-trips exactly: FromJson(ToJson()) predicts the same bits.
+  std::string ToJson() const;
+  absl::Status Save(const std::string& path) const;
+
+  // Predicted step seconds. Bilinear inside the grid; beyond it, linear along
+  // each axis with the slope of the edge segment (an axis with a single knot
+  // is constant along it). Interpolates along the batch axis first, then along
+  // tokens. Never below kMinStepSeconds.
+  double Predict(double batch_size, double verify_tokens) const;
+
+  // Fills `curve` (reusing its storage) with the table at `batch_size`.
+  void CurveAt(double batch_size, CostCurve* curve) const;
+
+  const std::vector<double>& batch_sizes() const { return batch_sizes_; }
+  const std::vector<double>& verify_tokens() const { return verify_tokens_; }
+  double seconds(std::size_t b, std::size_t m) const { return seconds_[b * verify_tokens_.size() + m]; }
+
+ private:
+  CostTable() = default;
+
+  std::vector<double> batch_sizes_;
+  std::vector<double> verify_tokens_;
+  std::vector<double> seconds_;
+};
+
+}  // namespace verdict
+
+#endif  // VERDICT_SCHEDULER_COST_TABLE_H_

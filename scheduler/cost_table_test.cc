@@ -1,0 +1,201 @@
+#include "scheduler/cost_table.h"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace verdict {
+namespace {
+
+using ::testing::HasSubstr;
+
+// seconds = 0.001 * B + 0.0001 * M + 0.002: bilinear interpolation and
+// linear extrapolation reproduce an affine function, up to rounding.
+CostTable AffineTable() {
+  const std::vector<double> bs = {1, 4, 16};
+  const std::vector<double> ms = {1, 8, 32, 128};
+  std::vector<double> seconds;
+  for (double b : bs) {
+    for (double m : ms) seconds.push_back(0.001 * b + 0.0001 * m + 0.002);
+  }
+  return *CostTable::Create(bs, ms, seconds);
+}
+
+double Affine(double b, double m) { return 0.001 * b + 0.0001 * m + 0.002; }
+
+TEST(CostTableTest, ReproducesCellsExactly) {
+  const CostTable t = AffineTable();
+  for (size_t b = 0; b < t.batch_sizes().size(); ++b) {
+    for (size_t m = 0; m < t.verify_tokens().size(); ++m) {
+      EXPECT_NEAR(t.Predict(t.batch_sizes()[b], t.verify_tokens()[m]), t.seconds(b, m), 1e-18);
+    }
+  }
+}
+
+TEST(CostTableTest, BilinearInsideLinearOutside) {
+  const CostTable t = AffineTable();
+  for (double b : {1.0, 2.0, 3.5, 9.0, 16.0, 24.0, 100.0}) {
+    for (double m : {1.0, 5.0, 20.0, 100.0, 128.0, 300.0, 2048.0}) {
+      EXPECT_NEAR(t.Predict(b, m), Affine(b, m), 1e-15) << b << " " << m;
+    }
+  }
+  // Below the grid the edge slope continues until the floor.
+  EXPECT_NEAR(t.Predict(0.5, 1), Affine(0.5, 1), 1e-15);
+}
+
+TEST(CostTableTest, BilinearOnANonAffineCell) {
+  // One cell: f = 1 + x y on the unit square; bilinear is exact for x y.
+  const CostTable t = *CostTable::Create({1, 2}, {1, 2}, {2, 3, 3, 5});
+  EXPECT_NEAR(t.Predict(1.5, 1.5), 1 + 1.5 * 1.5, 1e-15);
+  EXPECT_NEAR(t.Predict(1.25, 1.75), 1 + 1.25 * 1.75, 1e-15);
+  // Extrapolation is linear along each axis with the edge segment: for a
+  // bilinear cell that is the same polynomial.
+  EXPECT_NEAR(t.Predict(3, 4), 1 + 3 * 4, 1e-13);
+}
+
+TEST(CostTableTest, NeverPredictsBelowTheFloor) {
+  const CostTable t = *CostTable::Create({1, 2}, {10, 20}, {0.001, 0.002, 0.001, 0.002});
+  EXPECT_EQ(t.Predict(1, 0), kMinStepSeconds);  // 0.001 - 0.001 = 0 -> floor
+  EXPECT_GE(t.Predict(1, -100), kMinStepSeconds);
+}
+
+TEST(CostTableTest, SingleKnotAxisIsConstant) {
+  const CostTable t = *CostTable::Create({8}, {1, 100}, {0.01, 0.03});
+  EXPECT_NEAR(t.Predict(1, 50.5), 0.02, 1e-15);
+  EXPECT_NEAR(t.Predict(512, 50.5), 0.02, 1e-15);
+}
+
+TEST(CostTableTest, CurveMatchesPredictBitForBit) {
+  const CostTable t = *CostTable::Create({1, 4, 16, 64}, {1, 8, 32, 128, 512},
+                                         {0.011, 0.012, 0.013, 0.017, 0.031,  //
+                                          0.012, 0.013, 0.015, 0.019, 0.033,  //
+                                          0.013, 0.015, 0.016, 0.021, 0.040,  //
+                                          0.016, 0.019, 0.021, 0.027, 0.051});
+  CostCurve curve;
+  for (double b : {0.5, 1.0, 3.0, 7.0, 16.0, 33.0, 64.0, 200.0}) {
+    t.CurveAt(b, &curve);
+    int segment = 0;
+    for (double m = 0; m <= 700; m += 1.0) {
+      const double want = t.Predict(b, m);
+      EXPECT_EQ(curve.At(m), want) << b << " " << m;
+      EXPECT_EQ(curve.AtNondecreasing(m, &segment), want) << b << " " << m;
+    }
+  }
+}
+
+TEST(CostTableTest, SweepMatchesPredictBitForBit) {
+  const CostTable t = *CostTable::Create({1, 4, 16}, {2, 8, 9, 32, 100},
+                                         {0.011, 0.012, 0.013, 0.017, 0.031,  //
+                                          0.012, 0.013, 0.019, 0.019, 0.033,  //
+                                          0.013, 0.015, 0.016, 0.021, 0.040});
+  CostCurve curve;
+  for (double b : {1.0, 2.0, 5.0, 16.0, 40.0}) {
+    t.CurveAt(b, &curve);
+    for (double first : {0.0, 1.0, 2.0, 7.0, 8.0, 9.0, 31.0, 100.0, 150.0}) {
+      int64_t visited = 0;
+      curve.Sweep(first, 120, [&](int64_t k, double cost) {
+        EXPECT_EQ(k, visited++);
+        EXPECT_EQ(cost, t.Predict(b, first + static_cast<double>(k))) << b << " " << first << " " << k;
+      });
+      EXPECT_EQ(visited, 120);
+    }
+  }
+  // A table with a single token knot: constant along tokens.
+  const CostTable flat = *CostTable::Create({1, 2}, {8}, {0.5, 0.7});
+  flat.CurveAt(1.5, &curve);
+  curve.Sweep(1, 10, [&](int64_t, double cost) { EXPECT_EQ(cost, flat.Predict(1.5, 3)); });
+}
+
+TEST(CostTableTest, JsonRoundTripsExactly) {
+  const CostTable t = *CostTable::Create({1, 3, 7.5}, {2, 9}, {0.1, 1.0 / 3.0, 2e-5, 0.7, 1e-3, 12.25});
+  const absl::StatusOr<CostTable> back = CostTable::FromJson(t.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->batch_sizes(), t.batch_sizes());
+  EXPECT_EQ(back->verify_tokens(), t.verify_tokens());
+  for (size_t b = 0; b < 3; ++b) {
+    for (size_t m = 0; m < 2; ++m) EXPECT_EQ(back->seconds(b, m), t.seconds(b, m));
+  }
+  EXPECT_THAT(t.ToJson(), HasSubstr("\"batch_sizes\""));
+}
+
+TEST(CostTableTest, SaveAndLoad) {
+  const CostTable t = AffineTable();
+  const std::string path = std::string(::testing::TempDir()) + "/cost_table_test.json";
+  ASSERT_TRUE(t.Save(path).ok());
+  const absl::StatusOr<CostTable> back = CostTable::Load(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->Predict(5, 17), t.Predict(5, 17));
+  std::remove(path.c_str());
+  EXPECT_EQ(CostTable::Load(path).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(CostTableTest, IgnoresUnknownKeys) {
+  const absl::StatusOr<CostTable> t = CostTable::FromJson(
+      R"({"device": "H200", "batch_sizes": [1], "verify_tokens": [1, 2], "seconds": [[0.5, 0.75]]})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NEAR(t->Predict(1, 1.5), 0.625, 1e-16);
+}
+
+struct BadTable {
+  const char* name;
+  const char* json;
+  const char* message;
+};
+
+class CostTableRefusalTest : public ::testing::TestWithParam<BadTable> {};
+
+TEST_P(CostTableRefusalTest, NamesTheProblem) {
+  const absl::StatusOr<CostTable> t = CostTable::FromJson(GetParam().json);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr(GetParam().message));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Refusals, CostTableRefusalTest,
+    ::testing::Values(
+        BadTable{"MissingCell", R"({"batch_sizes": [1, 8], "verify_tokens": [1, 16, 64],
+                  "seconds": [[0.1, 0.2, 0.3], [0.2, 0.3]]})",
+                 "seconds[1][2] (batch 8, tokens 64) is missing"},
+        BadTable{"NullCell", R"({"batch_sizes": [1, 8], "verify_tokens": [1, 16],
+                  "seconds": [[0.1, null], [0.2, 0.3]]})",
+                 "seconds[0][1] (batch 1, tokens 16) is missing"},
+        BadTable{"MissingRow", R"({"batch_sizes": [1, 8], "verify_tokens": [1, 16], "seconds": [[0.1, 0.2]]})",
+                 "seconds[1][0] (batch 8, tokens 1) is missing"},
+        BadTable{"ZeroTime", R"({"batch_sizes": [1, 8], "verify_tokens": [1, 16],
+                  "seconds": [[0.1, 0.2], [0.0, 0.3]]})",
+                 "seconds[1][0] (batch 8, tokens 1) = 0 is not a positive time"},
+        BadTable{"NegativeTime", R"({"batch_sizes": [1, 8], "verify_tokens": [1, 16],
+                  "seconds": [[0.1, -0.2], [0.1, 0.3]]})",
+                 "seconds[0][1] (batch 1, tokens 16) = -0.2 is not a positive time"},
+        BadTable{"StringTime", R"({"batch_sizes": [1], "verify_tokens": [1], "seconds": [["fast"]]})",
+                 "seconds[0][0] (batch 1, tokens 1) is not a number"},
+        BadTable{"RepeatedBatch", R"({"batch_sizes": [1, 8, 8], "verify_tokens": [1],
+                  "seconds": [[0.1], [0.2], [0.3]]})",
+                 "batch_sizes[2] = 8 is not above batch_sizes[1] = 8"},
+        BadTable{"DecreasingTokens", R"({"batch_sizes": [1], "verify_tokens": [16, 4],
+                  "seconds": [[0.1, 0.2]]})",
+                 "verify_tokens[1] = 4 is not above verify_tokens[0] = 16"},
+        BadTable{"ZeroGridValue", R"({"batch_sizes": [0, 1], "verify_tokens": [1], "seconds": [[0.1], [0.2]]})",
+                 "batch_sizes[0] = 0 is not a positive number"},
+        BadTable{"ExtraRow", R"({"batch_sizes": [1], "verify_tokens": [1], "seconds": [[0.1], [0.2]]})",
+                 "'seconds' has 2 rows, the batch grid has 1"},
+        BadTable{"ExtraCell", R"({"batch_sizes": [1], "verify_tokens": [1], "seconds": [[0.1, 0.2]]})",
+                 "seconds[0] has 2 cells, the token grid has 1"},
+        BadTable{"EmptyGrid", R"({"batch_sizes": [], "verify_tokens": [1], "seconds": []})",
+                 "batch_sizes is empty"},
+        BadTable{"NoSeconds", R"({"batch_sizes": [1], "verify_tokens": [1]})", "'seconds' is missing"},
+        BadTable{"NotJson", R"({"batch_sizes": [1], )", "not valid JSON"},
+        BadTable{"NotObject", R"([1, 2])", "not an object"}),
+    [](const ::testing::TestParamInfo<BadTable>& info) { return std::string(info.param.name); });
+
+TEST(CostTableTest, CreateRefusesSizeMismatch) {
+  EXPECT_FALSE(CostTable::Create({1, 2}, {1, 2}, {0.1, 0.2, 0.3}).ok());
+}
+
+}  // namespace
+}  // namespace verdict

@@ -1,0 +1,184 @@
+#include "scheduler/plan_command.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "scheduler/cost_table.h"
+#include "scheduler/verify_planner.h"
+
+ABSL_FLAG(std::string, input, "", "`verdict plan`: the step to plan, as JSON (scheduler/plan_command.h)");
+ABSL_FLAG(std::string, mode, "",
+          "`verdict plan`: static, cap-accept or compact; empty: the value of --verify-mode");
+
+namespace verdict {
+namespace {
+
+using json = nlohmann::json;
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// A step read from the input file, in the planner's layout.
+struct Step {
+  int gamma = 0;
+  std::vector<double> confidences;
+  std::vector<int32_t> max_verify_lens;
+  std::vector<uint8_t> flags;
+  bool confidence_ready = true;
+  std::optional<double> pinned_budget_fraction;
+};
+
+absl::StatusOr<bool> OptionalBool(const json& object, const char* key, bool fallback, const std::string& where) {
+  auto it = object.find(key);
+  if (it == object.end()) return fallback;
+  if (!it->is_boolean()) return absl::InvalidArgumentError(absl::StrCat(where, ".", key, " is not true or false"));
+  return it->get<bool>();
+}
+
+absl::StatusOr<Step> ParseStep(const std::string& text) {
+  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return absl::InvalidArgumentError("not valid JSON");
+  if (!doc.is_object()) return absl::InvalidArgumentError("the top level is not an object");
+  auto requests = doc.find("requests");
+  if (requests == doc.end() || !requests->is_array()) {
+    return absl::InvalidArgumentError("'requests' is missing or not an array");
+  }
+  Step step;
+  absl::StatusOr<bool> ready = OptionalBool(doc, "confidence_ready", true, "input");
+  if (!ready.ok()) return ready.status();
+  step.confidence_ready = *ready;
+  if (auto it = doc.find("pinned_budget"); it != doc.end()) {
+    if (!it->is_number()) return absl::InvalidArgumentError("pinned_budget is not a number");
+    step.pinned_budget_fraction = it->get<double>();
+  }
+  for (size_t i = 0; i < requests->size(); ++i) {
+    const json& r = (*requests)[i];
+    const std::string where = absl::StrCat("requests[", i, "]");
+    if (!r.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
+    auto conf = r.find("confidences");
+    if (conf == r.end() || !conf->is_array() || conf->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ".confidences is missing, empty or not an array"));
+    }
+    if (i == 0) step.gamma = static_cast<int>(conf->size());
+    if (static_cast<int>(conf->size()) != step.gamma) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " has ", conf->size(), " confidences, requests[0] has ",
+                                                     step.gamma, " (one gamma per step)"));
+    }
+    for (size_t j = 0; j < conf->size(); ++j) {
+      if (!(*conf)[j].is_number()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ".confidences[", j, "] is not a number"));
+      }
+      step.confidences.push_back((*conf)[j].get<double>());
+    }
+    int32_t max_len = step.gamma + 1;
+    if (auto it = r.find("max_verify_len"); it != r.end()) {
+      if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > (int64_t{1} << 30)) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ".max_verify_len is not an integer >= 1"));
+      }
+      max_len = static_cast<int32_t>(it->get<int64_t>());
+    }
+    step.max_verify_lens.push_back(max_len);
+    absl::StatusOr<bool> disabled = OptionalBool(r, "speculation_disabled", false, where);
+    if (!disabled.ok()) return disabled.status();
+    absl::StatusOr<bool> stopped = OptionalBool(r, "stop_emitted", false, where);
+    if (!stopped.ok()) return stopped.status();
+    step.flags.push_back(static_cast<uint8_t>((*disabled ? kSpeculationDisabled : 0) | (*stopped ? kStopEmitted : 0)));
+  }
+  if (step.gamma == 0) step.gamma = 1;  // no requests: any gamma plans the empty step
+  return step;
+}
+
+absl::Status WithPrefix(const std::string& prefix, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(prefix, ": ", status.message()));
+}
+
+// The current value of a flag another part of the binary defines, or ""
+// when this binary has no such flag.
+std::string FlagByName(const char* name) {
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  return flag == nullptr ? std::string() : flag->CurrentValue();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> PlanCommandJson(const PlanCommandArgs& args) {
+  absl::StatusOr<VerifyMode> mode = ParseVerifyMode(args.mode);
+  if (!mode.ok()) return mode.status();
+  if (args.input_path.empty()) return absl::InvalidArgumentError("--input is required");
+  absl::StatusOr<std::string> text = ReadFile(args.input_path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<Step> step = ParseStep(*text);
+  if (!step.ok()) return WithPrefix(args.input_path, step.status());
+
+  std::optional<CostTable> table;
+  if (!args.cost_table_path.empty()) {
+    absl::StatusOr<CostTable> loaded = CostTable::Load(args.cost_table_path);
+    if (!loaded.ok()) return loaded.status();
+    table = *std::move(loaded);
+  }
+  PlannerOptions options;
+  options.mode = *mode;
+  options.gamma = step->gamma;
+  options.pinned_budget_fraction = step->pinned_budget_fraction;
+  absl::StatusOr<VerifyPlanner> planner = VerifyPlanner::Create(std::move(options), std::move(table));
+  if (!planner.ok()) return planner.status();
+  VerifyPlan plan;
+  const PlannerInput input{step->confidences, step->max_verify_lens, step->flags, step->confidence_ready};
+  if (absl::Status s = planner->Plan(input, &plan); !s.ok()) return WithPrefix(args.input_path, s);
+
+  json out = json::object();
+  out["mode"] = std::string(VerifyModeName(plan.mode));
+  out["reason"] = std::string(PlanReasonName(plan.reason));
+  out["requests"] = plan.verify_lens.size();
+  out["gamma"] = step->gamma;
+  out["budget"] = plan.budget;
+  out["verify_lens"] = plan.verify_lens;
+  out["verify_tokens"] = plan.verify_tokens;
+  out["packed"] = plan.packed;
+  if (std::isnan(plan.predicted_step_seconds)) {
+    out["predicted_step_seconds"] = nullptr;
+  } else {
+    out["predicted_step_seconds"] = plan.predicted_step_seconds;
+  }
+  out["predicted_committed_tokens"] = plan.predicted_committed_tokens;
+  out["plan_hash"] = absl::StrFormat("0x%016x", PlanHash(plan));
+  return out.dump(2) + "\n";
+}
+
+int RunPlanCommand(absl::Span<char* const> positional) {
+  if (!positional.empty()) {
+    std::fprintf(stderr, "verdict plan: unexpected argument '%s'\n", positional[0]);
+    return 2;
+  }
+  PlanCommandArgs args;
+  args.cost_table_path = FlagByName("cost_table");
+  args.input_path = absl::GetFlag(FLAGS_input);
+  args.mode = absl::GetFlag(FLAGS_mode);
+  if (args.mode.empty()) args.mode = FlagByName("verify_mode");
+  if (args.mode.empty()) args.mode = "static";
+  absl::StatusOr<std::string> out = PlanCommandJson(args);
+  if (!out.ok()) {
+    std::fprintf(stderr, "verdict plan: %s\n", std::string(out.status().message()).c_str());
+    return 1;
+  }
+  std::fputs(out->c_str(), stdout);
+  return 0;
+}
+
+}  // namespace verdict

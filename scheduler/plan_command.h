@@ -1,0 +1,49 @@
+// `verdict plan`: runs the verify planner once on a step described in JSON and
+// prints the plan, so that an operator can see what the planner does with a
+// cost table (budget, verify lengths, predicted seconds and tokens).
+//
+//   verdict plan --cost-table table.json --input step.json [--mode compact]
+//
+// step.json:
+//   {"requests": [{"confidences": [0.9, 0.8, 0.7],   one per draft (gamma)
+//                  "max_verify_len": 4,               optional, gamma + 1
+//                  "speculation_disabled": false,     optional
+//                  "stop_emitted": false}, ...],      optional
+//    "confidence_ready": true,                        optional
+//    "pinned_budget": 0.5}                            optional, a fraction
+// Every request has the same number of confidences (gamma).
+//
+// Flags: --input and --mode are this command's. --cost-table and
+// --verify-mode belong to the engine (the binary has one flag set); they are
+// read by name, so that the scheduler does not depend on the runtime.
+// --mode defaults to --verify-mode, and that to static.
+#ifndef VERDICT_SCHEDULER_PLAN_COMMAND_H_
+#define VERDICT_SCHEDULER_PLAN_COMMAND_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace verdict {
+
+struct PlanCommandArgs {
+  std::string cost_table_path;  // empty: no table (the planner verifies everything)
+  std::string input_path;
+  std::string mode = "static";
+};
+
+// The plan as JSON text: mode, reason, requests, gamma, budget, verify_lens,
+// verify_tokens, packed, predicted_step_seconds (null without a table),
+// predicted_committed_tokens and plan_hash. Errors name the file and entry.
+absl::StatusOr<std::string> PlanCommandJson(const PlanCommandArgs& args);
+
+// The `plan` entry of the binary's command table: reads the flags, prints
+// the plan to stdout, and returns the exit status (errors go to stderr,
+// status 1).
+int RunPlanCommand(absl::Span<char* const> positional);
+
+}  // namespace verdict
+
+#endif  // VERDICT_SCHEDULER_PLAN_COMMAND_H_

@@ -1,0 +1,127 @@
+#include "scheduler/plan_command.h"
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace verdict {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = std::string(::testing::TempDir()) + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Seed 001's exercise: two requests, three confidences each.
+constexpr char kStep[] = R"({"requests": [
+  {"confidences": [0.9, 0.9, 0.9]},
+  {"confidences": [0.6, 0.5, 0.4], "max_verify_len": 4}]})";
+
+// One second up to five verify tokens, two from six.
+constexpr char kStaircase[] = R"({"batch_sizes": [2], "verify_tokens": [2, 5, 6, 8],
+  "seconds": [[1.0, 1.0, 2.0, 2.0]]})";
+
+json PlanJson(const PlanCommandArgs& args) {
+  const absl::StatusOr<std::string> out = PlanCommandJson(args);
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (!out.ok()) return json();
+  const json doc = json::parse(*out, nullptr, false);
+  EXPECT_FALSE(doc.is_discarded()) << *out;
+  return doc;
+}
+
+TEST(PlanCommandTest, PrintsThePlannedBudget) {
+  PlanCommandArgs args;
+  args.cost_table_path = WriteTemp("staircase.json", kStaircase);
+  args.input_path = WriteTemp("step.json", kStep);
+  args.mode = "compact";
+  const json plan = PlanJson(args);
+  EXPECT_EQ(plan["mode"], "compact");
+  EXPECT_EQ(plan["reason"], "planned");
+  EXPECT_EQ(plan["requests"], 2);
+  EXPECT_EQ(plan["gamma"], 3);
+  EXPECT_EQ(plan["budget"], 3);
+  EXPECT_EQ(plan["verify_lens"], json::array({4, 1}));
+  EXPECT_EQ(plan["verify_tokens"], 5);
+  EXPECT_EQ(plan["packed"], true);
+  EXPECT_DOUBLE_EQ(plan["predicted_step_seconds"].get<double>(), 1.0);
+  EXPECT_NEAR(plan["predicted_committed_tokens"].get<double>(), 4.439, 1e-12);
+  EXPECT_TRUE(plan["plan_hash"].is_string());
+}
+
+TEST(PlanCommandTest, StaticModeAndNoTable) {
+  PlanCommandArgs args;
+  args.input_path = WriteTemp("step.json", kStep);
+  const json plan = PlanJson(args);
+  EXPECT_EQ(plan["mode"], "static");
+  EXPECT_EQ(plan["verify_lens"], json::array({4, 4}));
+  EXPECT_TRUE(plan["predicted_step_seconds"].is_null());
+
+  args.mode = "cap-accept";
+  const json no_table = PlanJson(args);
+  EXPECT_EQ(no_table["reason"], "no-cost-table");
+  EXPECT_EQ(no_table["verify_tokens"], 8);
+}
+
+TEST(PlanCommandTest, PinnedBudget) {
+  PlanCommandArgs args;
+  args.input_path = WriteTemp("pinned.json", R"({"pinned_budget": 0.5, "requests": [
+      {"confidences": [0.9, 0.9, 0.9]}, {"confidences": [0.6, 0.5, 0.4]}]})");
+  args.mode = "compact";
+  const json plan = PlanJson(args);
+  EXPECT_EQ(plan["reason"], "pinned-budget");
+  EXPECT_EQ(plan["verify_lens"], json::array({4, 1}));
+}
+
+TEST(PlanCommandTest, FlagsFromTheInput) {
+  PlanCommandArgs args;
+  args.cost_table_path = WriteTemp("staircase.json", kStaircase);
+  args.input_path = WriteTemp("flags.json", R"({"requests": [
+      {"confidences": [0.9, 0.9], "stop_emitted": true},
+      {"confidences": [0.9, 0.9], "speculation_disabled": true}]})");
+  args.mode = "compact";
+  EXPECT_EQ(PlanJson(args)["verify_lens"], json::array({1, 1}));
+}
+
+TEST(PlanCommandTest, RefusesBadInput) {
+  PlanCommandArgs args;
+  args.mode = "compact";
+  args.input_path = WriteTemp("ragged.json", R"({"requests": [{"confidences": [0.5]}, {"confidences": [0.5, 0.5]}]})");
+  EXPECT_THAT(std::string(PlanCommandJson(args).status().message()),
+              HasSubstr("requests[1] has 2 confidences, requests[0] has 1"));
+  args.input_path = WriteTemp("text.json", R"({"requests": [{"confidences": ["high"]}]})");
+  EXPECT_THAT(std::string(PlanCommandJson(args).status().message()), HasSubstr("confidences[0] is not a number"));
+  args.input_path = WriteTemp("broken.json", "{");
+  EXPECT_THAT(std::string(PlanCommandJson(args).status().message()), HasSubstr("not valid JSON"));
+  args.input_path = WriteTemp("len.json", R"({"requests": [{"confidences": [0.5], "max_verify_len": 0}]})");
+  EXPECT_THAT(std::string(PlanCommandJson(args).status().message()), HasSubstr("max_verify_len"));
+  args.input_path = "/nonexistent/step.json";
+  EXPECT_EQ(PlanCommandJson(args).status().code(), absl::StatusCode::kNotFound);
+  args.input_path = WriteTemp("step.json", kStep);
+  args.mode = "ragged";
+  EXPECT_THAT(std::string(PlanCommandJson(args).status().message()), HasSubstr("unknown verify mode"));
+}
+
+TEST(PlanCommandTest, RefusesABadTableNamingTheCell) {
+  PlanCommandArgs args;
+  args.mode = "compact";
+  args.input_path = WriteTemp("step.json", kStep);
+  args.cost_table_path = WriteTemp("bad_table.json", R"({"batch_sizes": [1, 2], "verify_tokens": [1, 8],
+      "seconds": [[0.1, 0.2], [0.2]]})");
+  const absl::Status s = PlanCommandJson(args).status();
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("seconds[1][1] (batch 2, tokens 8) is missing"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("bad_table.json"));
+}
+
+}  // namespace
+}  // namespace verdict

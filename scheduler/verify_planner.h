@@ -1,0 +1,192 @@
+// The verify planner: every step, on every TP rank, decides how many target
+// rows each request gets, from the drafts' confidences and the cost table
+// (seed 001, "DeepInfer also allocates verification by confidence"; seed 002,
+// "Modifications"). It chooses a total budget by expected committed tokens per
+// predicted second, then gives the budget to the most likely drafts.
+//
+// Vocabulary. A request has gamma drafts. Its verify length L counts the
+// target rows verified for it: rows 0..L-2 check drafts 0..L-2 and row L-1,
+// the last verified row, yields the bonus token (all L-1 drafts accepted) or
+// the correction token. So L = 1 verifies no draft and still commits one
+// token; L = gamma + 1 is the full block. The fused sampler uses L as its
+// cutoff: acceptance never runs past draft L-2.
+//
+// Determinism: the plan depends only on the inputs, through double arithmetic
+// in a fixed order and a sort with a total order (survival descending, then
+// draft position ascending, then request index ascending); no threads, no
+// hashed containers. PlanHash lets the engine compare plans across ranks.
+#ifndef VERDICT_SCHEDULER_VERIFY_PLANNER_H_
+#define VERDICT_SCHEDULER_VERIFY_PLANNER_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "scheduler/cost_table.h"
+
+namespace verdict {
+
+enum class VerifyMode {
+  // Verify every draft; the plan does not trim (the default of seed 002).
+  kStatic,
+  // Verify every draft, accept at most the planned length: trimming changes
+  // acceptance only, which checks a table and the confidences without packed
+  // verify kernels.
+  kCapAccept,
+  // Verify only the planned rows, packed (ragged verify).
+  kCompact,
+};
+
+// "static", "cap-accept", "compact".
+std::string_view VerifyModeName(VerifyMode mode);
+absl::StatusOr<VerifyMode> ParseVerifyMode(std::string_view name);
+
+// Why a plan has the lengths it has; for the log and metrics.
+enum class PlanReason {
+  kPlanned,           // budget from the objective
+  kPinnedBudget,      // budget pinned by the options (profiling)
+  kStaticMode,        // static mode verifies everything
+  kNoCostTable,       // nothing to price a budget with: verify everything
+  kConfidencePrior,   // the confidence source is on its prior: verify everything
+  kSmallBatch,        // the shortest plan costs as much as the full block
+  kEmptyBatch,        // no requests
+};
+std::string_view PlanReasonName(PlanReason reason);
+
+// Per-request flags (PlannerInput::flags).
+inline constexpr uint8_t kSpeculationDisabled = 1u << 0;  // verify length 1
+inline constexpr uint8_t kStopEmitted = 1u << 1;          // confidences count as 0
+
+struct PlannerOptions {
+  VerifyMode mode = VerifyMode::kStatic;
+  int gamma = 5;  // 1 to 255
+  // Candidates with survival below this are never verified by a planned
+  // budget (their expected gain cannot pay for a row). In [1e-12, 1].
+  double min_survival = 1e-6;
+  // If set (in [0, 1]), the budget is pinned to this fraction of the block's
+  // B * gamma drafts, rounded to nearest, with or without a cost table: the
+  // profiler uses it to measure cost(B, M) at chosen M (seed 002, "Cost
+  // table"). Only in cap-accept and compact modes.
+  std::optional<double> pinned_budget_fraction;
+  // Receives the planner's one-time notices (no cost table). Null: stderr.
+  std::function<void(std::string_view)> log;
+};
+
+// One step's requests, index i = 0..B-1 (the batch order the engine uses).
+struct PlannerInput {
+  // confidences[i * gamma + j]: confidence of draft j of request i, the chance
+  // the target accepts it given drafts 0..j-1 accepted. Under overlap
+  // scheduling these are one or two steps old. Clamped to [0, 1]; NaN is 0.
+  absl::Span<const double> confidences;
+  // Per request, the most target rows it may verify, >= 1 (for instance
+  // 1 + the tokens left before its length limit). Values above gamma + 1
+  // mean gamma + 1. Its size is B.
+  absl::Span<const int32_t> max_verify_lens;
+  // Per request, kSpeculationDisabled | kStopEmitted; empty means none.
+  absl::Span<const uint8_t> flags;
+  // ConfidenceSource::ready(): false while the source is on its prior.
+  bool confidence_ready = true;
+};
+
+struct VerifyPlan {
+  VerifyMode mode = VerifyMode::kStatic;
+  PlanReason reason = PlanReason::kEmptyBatch;
+  // Per request, the verify length L (see the top of this file): target rows
+  // verified = drafts verified + 1, in [1, min(max_verify_len, gamma + 1)].
+  // Prefix-closed by construction: drafts 0..L-2 are verified, none after.
+  std::vector<int32_t> verify_lens;
+  // Drafts verified in total: sum(verify_lens) - B. In a planned step this is
+  // k*, the argmax of the objective.
+  int64_t budget = 0;
+  // Target rows the step runs: sum(verify_lens) when packed, else the full
+  // block B * (gamma + 1).
+  int64_t verify_tokens = 0;
+  // True when the step verifies the packed planned rows (compact mode with a
+  // trimmed plan); false for the uniform full-block layout.
+  bool packed = false;
+  // cost(B, verify_tokens) from the table; NaN without a table.
+  double predicted_step_seconds = 0;
+  // Expected committed tokens: B + the survivals of every verified draft (one
+  // bonus or correction token per request, plus each draft's chance to be
+  // accepted with all its predecessors).
+  double predicted_committed_tokens = 0;
+};
+
+// Hash of the plan's decisions and predictions, equal on every rank that
+// planned the same step; the engine compares it across TP ranks.
+uint64_t PlanHash(const VerifyPlan& plan);
+
+// B + sum over requests of the survivals of drafts 0..verify_lens[i]-2, the
+// expected committed tokens of any allocation (survival of draft j = product
+// of confidences 0..j). Used for metrics and to compare allocations.
+double ExpectedCommittedTokens(absl::Span<const double> confidences, int gamma,
+                               absl::Span<const int32_t> verify_lens);
+
+class VerifyPlanner {
+ public:
+  // Without a cost table the planner verifies everything (unless pinned) and
+  // says so once through options.log.
+  static absl::StatusOr<VerifyPlanner> Create(PlannerOptions options, std::optional<CostTable> cost_table);
+
+  // Plans one step into `plan`, reusing its storage: after the first steps,
+  // planning allocates nothing. Refuses malformed input (sizes, a maximum
+  // verify length below 1, more than 2^24 - 1 requests) without planning.
+  //
+  // Planned budget (seed 002, "the budget objective, top-k allocation"):
+  // candidates are all (i, j) with j < cap_i - 1 and survival >= min_survival,
+  // sorted by survival descending, then j ascending, then i ascending;
+  // tau(k) = B + the top k survivals; k* = argmax over k = 0..K of
+  // tau(k) / cost(B, B + k), the first k on ties, over every k (the cost may
+  // be a staircase with several peaks); request i verifies 1 + its selected
+  // candidates. Because survival never rises along a request's drafts, the
+  // top k of this order is prefix-closed.
+  absl::Status Plan(const PlannerInput& input, VerifyPlan* plan);
+
+  const PlannerOptions& options() const { return options_; }
+  bool has_cost_table() const { return cost_table_.has_value(); }
+
+  // One draft the budget may verify: draft j of request i.
+  struct Candidate {
+    double survival;
+    uint32_t key;   // sort key from the survival's top bits (SortCandidates)
+    uint32_t slot;  // j << 24 | i: orders as (j, i)
+  };
+
+ private:
+  VerifyPlanner(PlannerOptions options, std::optional<CostTable> cost_table);
+
+  void VerifyEverything(int64_t batch, PlanReason reason, VerifyPlan* plan);
+  // Fills candidates_ (j-major) with every (i, j) the step may verify and
+  // chooses the sort key for them.
+  void CollectCandidates(int64_t batch, bool pinned);
+  // Sorts the candidates into sorted_ in the full order (survival
+  // descending, then j, then i): two radix passes on the survival's top
+  // bits, then an insertion sort for candidates that share a key.
+  void SortCandidates();
+
+  PlannerOptions options_;
+  std::optional<CostTable> cost_table_;
+  bool logged_no_table_ = false;
+
+  // Per-step scratch, reused across steps. The candidate buffers are sized
+  // for the largest batch seen; num_candidates_ says how much is in use.
+  std::vector<int32_t> caps_;
+  std::vector<double> survival_;
+  std::vector<int32_t> reach_;  // per request: leading drafts that are candidates
+  std::vector<Candidate> candidates_;
+  std::vector<Candidate> radix_scratch_;
+  std::vector<Candidate> sorted_;
+  std::vector<int32_t> digit_count_;  // two radix histograms, zero between steps
+  int32_t num_candidates_ = 0;
+  int digit_bits_ = 1;  // radix digit width of this step's keys
+  CostCurve curve_;
+};
+
+}  // namespace verdict
+
+#endif  // VERDICT_SCHEDULER_VERIFY_PLANNER_H_
