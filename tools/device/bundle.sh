@@ -50,13 +50,20 @@ for bin in $(find "$out/bin" -type f); do
   while read -r lib path; do
     [[ -z "$path" || "$path" == "not" ]] && continue
     if [[ "$lib" =~ $system_libs ]]; then continue; fi
-    if [[ "$lib" == libmpi* || "$path" == */openmpi/* ]]; then needs_mpi=1; continue; fi
+    # Open MPI and its own libraries come as one set (below).
+    if [[ "$lib" =~ ^(libmpi|libopen-rte|libopen-pal|libhwloc|libevent|libpmix) ||
+          "$path" == */openmpi/* ]]; then
+      needs_mpi=1
+      continue
+    fi
     cp -n "$path" "$out/lib/" 2>/dev/null || true
   done < <(ldd "$bin" | awk '/=>/ {print $1, $3}')
 done
 
 # Open MPI: the Debian build and its plugins, unpacked (toolchain.md).
-if ((needs_mpi)); then
+# VERDICT_BUNDLE_MPI=0 leaves it out (single-rank runs can use the GPU
+# machine's own libmpi.so.40).
+if ((needs_mpi)) && [[ "${VERDICT_BUNDLE_MPI:-1}" != 0 ]]; then
   mpi_debs=(openmpi-bin libopenmpi3 openmpi-common libpmix2 libhwloc15
             libevent-core-2.1-7 libevent-pthreads-2.1-7 libmunge2 libnl-3-200
             libnl-route-3-200 libfabric1 libpsm-infinipath1 libpsm2-2 libibverbs1
