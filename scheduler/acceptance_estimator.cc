@@ -10,14 +10,15 @@
 namespace verdict {
 namespace {
 
-absl::Status CheckScoreSpans(int gamma, absl::Span<const float> signals, absl::Span<double> confidences) {
+absl::Status CheckScoreSpans(int gamma, absl::Span<const float> signals,
+                             absl::Span<double> confidences) {
   if (signals.size() != confidences.size()) {
     return absl::InvalidArgumentError(absl::StrCat("confidence: ", signals.size(), " signals but ",
                                                    confidences.size(), " confidence slots"));
   }
   if (signals.size() % gamma != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("confidence: ", signals.size(), " signals is not a multiple of gamma = ", gamma));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "confidence: ", signals.size(), " signals is not a multiple of gamma = ", gamma));
   }
   return absl::OkStatus();
 }
@@ -25,21 +26,24 @@ absl::Status CheckScoreSpans(int gamma, absl::Span<const float> signals, absl::S
 // Checks one step's observations and fills `order` with their indices sorted
 // by request id: the fold order that makes the state independent of how the
 // engine happened to list the requests.
-absl::Status CheckAndOrder(int gamma, absl::Span<const VerifyObservation> observations, std::vector<int>* order) {
+absl::Status CheckAndOrder(int gamma, absl::Span<const VerifyObservation> observations,
+                           std::vector<int>* order) {
   for (size_t i = 0; i < observations.size(); ++i) {
     const VerifyObservation& o = observations[i];
     if (static_cast<int>(o.draft_signals.size()) != gamma) {
       return absl::InvalidArgumentError(absl::StrCat("observation of request ", o.request_id, ": ",
-                                                     o.draft_signals.size(), " draft signals, gamma = ", gamma));
+                                                     o.draft_signals.size(),
+                                                     " draft signals, gamma = ", gamma));
     }
     if (o.num_verified_drafts < 0 || o.num_verified_drafts > gamma) {
       return absl::InvalidArgumentError(absl::StrCat("observation of request ", o.request_id, ": ",
-                                                     o.num_verified_drafts, " verified drafts, gamma = ", gamma));
+                                                     o.num_verified_drafts,
+                                                     " verified drafts, gamma = ", gamma));
     }
     if (o.accepted_drafts < 0 || o.accepted_drafts > o.num_verified_drafts) {
       return absl::InvalidArgumentError(absl::StrCat("observation of request ", o.request_id, ": ",
-                                                     o.accepted_drafts, " accepted of ", o.num_verified_drafts,
-                                                     " verified drafts"));
+                                                     o.accepted_drafts, " accepted of ",
+                                                     o.num_verified_drafts, " verified drafts"));
     }
   }
   order->resize(observations.size());
@@ -48,8 +52,8 @@ absl::Status CheckAndOrder(int gamma, absl::Span<const VerifyObservation> observ
             [&](int a, int b) { return observations[a].request_id < observations[b].request_id; });
   for (size_t i = 1; i < order->size(); ++i) {
     if (observations[(*order)[i]].request_id == observations[(*order)[i - 1]].request_id) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("request ", observations[(*order)[i]].request_id, " is observed twice in one step"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request ", observations[(*order)[i]].request_id, " is observed twice in one step"));
     }
   }
   return absl::OkStatus();
@@ -57,8 +61,9 @@ absl::Status CheckAndOrder(int gamma, absl::Span<const VerifyObservation> observ
 
 // Calls fold(k, accepted) for each observation a verify outcome makes, in
 // position order: the accepted drafts, then the first rejected one if it was
-// verified. Drafts after it were never reached by acceptance (seed 001: the
-// accepted prefix stops at the first rejection), so they are not observations.
+// verified. Drafts after it were never reached by acceptance
+// (seeds/001_4939eb13572a4c80.txt: rejected positions must not remain
+// visible as accepted state), so they are not observations.
 template <typename Fold>
 void ForEachOutcome(const VerifyObservation& o, Fold fold) {
   for (int k = 0; k < o.accepted_drafts; ++k) fold(k, true);
@@ -69,21 +74,24 @@ void ForEachOutcome(const VerifyObservation& o, Fold fold) {
 
 absl::StatusOr<OnlineAcceptanceEstimator> OnlineAcceptanceEstimator::Create(
     const AcceptanceEstimatorOptions& options) {
-  if (options.gamma < 1) return absl::InvalidArgumentError(absl::StrCat("estimator: gamma = ", options.gamma));
+  if (options.gamma < 1)
+    return absl::InvalidArgumentError(absl::StrCat("estimator: gamma = ", options.gamma));
   if (options.refit_interval_steps < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("estimator: refit_interval_steps = ", options.refit_interval_steps));
   }
   if (options.min_observations < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("estimator: min_observations = ", options.min_observations,
-                                                   " (a fit needs at least 2)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "estimator: min_observations = ", options.min_observations, " (a fit needs at least 2)"));
   }
   if (options.window < options.min_observations) {
-    return absl::InvalidArgumentError(absl::StrCat("estimator: window = ", options.window,
-                                                   " is below min_observations = ", options.min_observations));
+    return absl::InvalidArgumentError(
+        absl::StrCat("estimator: window = ", options.window,
+                     " is below min_observations = ", options.min_observations));
   }
   if (!(options.l2 > 0) || !std::isfinite(options.l2)) {
-    return absl::InvalidArgumentError(absl::StrCat("estimator: l2 = ", options.l2, " (must be positive)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("estimator: l2 = ", options.l2, " (must be positive)"));
   }
   if (!(options.q_floor > 0) || !(options.q_floor < 0.5)) {
     return absl::InvalidArgumentError(absl::StrCat("estimator: q_floor = ", options.q_floor));
@@ -120,7 +128,8 @@ absl::Status OnlineAcceptanceEstimator::Score(absl::Span<const float> signals,
   const int gamma = options_.gamma;
   for (size_t i = 0; i < signals.size(); ++i) {
     const Position& p = positions_[i % gamma];
-    confidences[i] = p.fitted ? DeterministicSigmoid(p.slope * Feature(signals[i]) + p.intercept) : 1.0;
+    confidences[i] =
+        p.fitted ? DeterministicSigmoid(p.slope * Feature(signals[i]) + p.intercept) : 1.0;
   }
   return absl::OkStatus();
 }
@@ -129,7 +138,8 @@ absl::Status OnlineAcceptanceEstimator::Observe(absl::Span<const VerifyObservati
   if (absl::Status s = CheckAndOrder(options_.gamma, observations, &order_); !s.ok()) return s;
   for (int index : order_) {
     const VerifyObservation& o = observations[index];
-    ForEachOutcome(o, [&](int k, bool accepted) { Push(k, Feature(o.draft_signals[k]), accepted); });
+    ForEachOutcome(o,
+                   [&](int k, bool accepted) { Push(k, Feature(o.draft_signals[k]), accepted); });
   }
   ++steps_;
   if (steps_ % options_.refit_interval_steps == 0) {
@@ -285,7 +295,8 @@ uint64_t OnlineAcceptanceEstimator::StateHash() const {
 HeadConfidence::HeadConfidence(int gamma)
     : gamma_(std::max(gamma, 1)), observations_(gamma_, 0), accepted_(gamma_, 0) {}
 
-absl::Status HeadConfidence::Score(absl::Span<const float> signals, absl::Span<double> confidences) const {
+absl::Status HeadConfidence::Score(absl::Span<const float> signals,
+                                   absl::Span<double> confidences) const {
   if (absl::Status s = CheckScoreSpans(gamma_, signals, confidences); !s.ok()) return s;
   for (size_t i = 0; i < signals.size(); ++i) {
     const double c = signals[i];

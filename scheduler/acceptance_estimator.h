@@ -1,10 +1,11 @@
 // Where the planner's confidences come from: one confidence per draft, the
 // estimated chance that the target accepts it given that every earlier draft
 // of the request was accepted. Confidence orders verification; only the
-// target decides acceptance (seed 001, "Confidence schedules verification;
-// verification decides acceptance").
+// target decides acceptance (seeds/001_4939eb13572a4c80.txt, "Confidence
+// schedules verification; verification decides acceptance").
 //
-// Two sources share one interface (seed 002, "Confidence"):
+// Two sources share one interface (seeds/002_d567d7ab3f14fa00.txt,
+// "Confidence"):
 //  - OnlineAcceptanceEstimator, for drafts without a confidence head: per draft
 //    position k a logistic model c_k = sigmoid(w_k * x + b_k) on
 //    x = logit(q_max), refit online from verify outcomes;
@@ -54,7 +55,8 @@ class ConfidenceSource {
   // output of its confidence head. Writes confidences[i * gamma + j] in
   // [0, 1]. Refuses spans of different sizes or a size that is not a
   // multiple of gamma.
-  virtual absl::Status Score(absl::Span<const float> signals, absl::Span<double> confidences) const = 0;
+  virtual absl::Status Score(absl::Span<const float> signals,
+                             absl::Span<double> confidences) const = 0;
 
   // Folds one verify step's outcomes, whatever their order in the span.
   virtual absl::Status Observe(absl::Span<const VerifyObservation> observations) = 0;
@@ -83,7 +85,7 @@ struct AcceptanceEstimatorOptions {
 
 // Per-position logistic model of acceptance, refit by Newton's method (IRLS)
 // with L2 regularisation. It scores the draft distribution, never the drawn
-// token, so trimming stays lossless (seed 002).
+// token, so trimming stays lossless (seeds/002_d567d7ab3f14fa00.txt).
 //
 // Determinism by construction: observations are folded in request-id order,
 // in double precision, on the calling thread; exp and log are the
@@ -91,12 +93,14 @@ struct AcceptanceEstimatorOptions {
 // bit-identical on any host.
 class OnlineAcceptanceEstimator final : public ConfidenceSource {
  public:
-  static absl::StatusOr<OnlineAcceptanceEstimator> Create(const AcceptanceEstimatorOptions& options);
+  static absl::StatusOr<OnlineAcceptanceEstimator> Create(
+      const AcceptanceEstimatorOptions& options);
 
   int gamma() const override { return options_.gamma; }
   bool ready() const override;
   // A position without a fit yet scores 1 (the prior verifies everything).
-  absl::Status Score(absl::Span<const float> signals, absl::Span<double> confidences) const override;
+  absl::Status Score(absl::Span<const float> signals,
+                     absl::Span<double> confidences) const override;
   // Per request, in request-id order: drafts 0..accepted_drafts-1 are accepted
   // observations; draft accepted_drafts, if it was verified, is the rejected
   // one; later drafts are not observations (a draft after the first rejection
@@ -112,8 +116,8 @@ class OnlineAcceptanceEstimator final : public ConfidenceSource {
 
   struct Position {
     bool fitted = false;
-    double slope = 0;      // w_k
-    double intercept = 0;  // b_k
+    double slope = 0;             // w_k
+    double intercept = 0;         // b_k
     int64_t observations = 0;     // ever folded
     int64_t accepted = 0;         // ever folded with outcome 1
     int64_t refits = 0;           // accepted refits
@@ -153,7 +157,8 @@ class HeadConfidence final : public ConfidenceSource {
 
   int gamma() const override { return gamma_; }
   bool ready() const override { return true; }
-  absl::Status Score(absl::Span<const float> signals, absl::Span<double> confidences) const override;
+  absl::Status Score(absl::Span<const float> signals,
+                     absl::Span<double> confidences) const override;
   absl::Status Observe(absl::Span<const VerifyObservation> observations) override;
   uint64_t StateHash() const override;
 

@@ -29,7 +29,8 @@ struct Step {
   std::vector<VerifyObservation> observations;
 };
 
-Step MakeStep(const TrueModel& model, int batch, int64_t first_id, std::mt19937_64& rng, bool random_verified) {
+Step MakeStep(const TrueModel& model, int batch, int64_t first_id, std::mt19937_64& rng,
+              bool random_verified) {
   const int gamma = static_cast<int>(model.slope.size());
   Step step;
   step.signals.resize(batch * gamma);
@@ -139,7 +140,8 @@ TEST(OnlineAcceptanceEstimatorTest, SameStreamGivesIdenticalStateWhateverTheList
   ASSERT_TRUE(a.ready());
   EXPECT_EQ(a.StateHash(), b.StateHash());
   for (int k = 0; k < 5; ++k) {
-    EXPECT_EQ(std::bit_cast<uint64_t>(a.position(k).slope), std::bit_cast<uint64_t>(b.position(k).slope));
+    EXPECT_EQ(std::bit_cast<uint64_t>(a.position(k).slope),
+              std::bit_cast<uint64_t>(b.position(k).slope));
     EXPECT_EQ(std::bit_cast<uint64_t>(a.position(k).intercept),
               std::bit_cast<uint64_t>(b.position(k).intercept));
   }
@@ -207,7 +209,8 @@ TEST(OnlineAcceptanceEstimatorTest, WindowFollowsADrift) {
   }
   const double before = est.position(0).intercept;
   for (int step = 64; step < 128; ++step) {
-    ASSERT_TRUE(est.Observe(MakeStep({{1.0}, {-2.0}}, 32, step * 32, rng, false).observations).ok());
+    ASSERT_TRUE(
+        est.Observe(MakeStep({{1.0}, {-2.0}}, 32, step * 32, rng, false).observations).ok());
   }
   // The last 512 observations all come from the second model; the prior fit
   // is forgotten. The intercept's standard error at n = 512 is 0.17 for
@@ -222,11 +225,15 @@ TEST(OnlineAcceptanceEstimatorTest, RefusesMalformedObservationsWithoutChangingS
   const std::vector<float> s2 = {0.5f, 0.5f};
   ASSERT_TRUE(est.Observe(std::vector<VerifyObservation>{{1, s3, 2, 1}}).ok());
   const uint64_t before = est.StateHash();
-  EXPECT_FALSE(est.Observe(std::vector<VerifyObservation>{{1, s2, 1, 1}}).ok());  // wrong signal count
-  EXPECT_FALSE(est.Observe(std::vector<VerifyObservation>{{1, s3, 2, 3}}).ok());  // accepted > verified
-  EXPECT_FALSE(est.Observe(std::vector<VerifyObservation>{{1, s3, 4, 0}}).ok());  // verified > gamma
+  EXPECT_FALSE(
+      est.Observe(std::vector<VerifyObservation>{{1, s2, 1, 1}}).ok());  // wrong signal count
+  EXPECT_FALSE(
+      est.Observe(std::vector<VerifyObservation>{{1, s3, 2, 3}}).ok());  // accepted > verified
+  EXPECT_FALSE(
+      est.Observe(std::vector<VerifyObservation>{{1, s3, 4, 0}}).ok());  // verified > gamma
   EXPECT_FALSE(est.Observe(std::vector<VerifyObservation>{{1, s3, -1, 0}}).ok());
-  EXPECT_FALSE(est.Observe(std::vector<VerifyObservation>{{5, s3, 1, 1}, {5, s3, 1, 0}}).ok());  // repeated id
+  EXPECT_FALSE(est.Observe(std::vector<VerifyObservation>{{5, s3, 1, 1}, {5, s3, 1, 0}})
+                   .ok());  // repeated id
   EXPECT_EQ(est.StateHash(), before);
   EXPECT_EQ(est.steps(), 1);
 }
@@ -267,8 +274,10 @@ TEST(HeadConfidenceTest, PassesTheHeadThroughTheSameInterface) {
   ASSERT_TRUE(source.Score(signals, absl::MakeSpan(c)).ok());
   EXPECT_EQ(c, (std::vector<double>{0.25, 1.0, 0.0, 0.0}));
   const uint64_t before = source.StateHash();
-  ASSERT_TRUE(source.Observe(std::vector<VerifyObservation>{{1, absl::MakeConstSpan(signals).subspan(0, 2), 2, 1},
-                                                            {2, absl::MakeConstSpan(signals).subspan(2, 2), 1, 1}})
+  ASSERT_TRUE(source
+                  .Observe(std::vector<VerifyObservation>{
+                      {1, absl::MakeConstSpan(signals).subspan(0, 2), 2, 1},
+                      {2, absl::MakeConstSpan(signals).subspan(2, 2), 1, 1}})
                   .ok());
   EXPECT_EQ(head.observations(0), 2);
   EXPECT_EQ(head.accepted(0), 2);

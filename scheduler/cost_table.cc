@@ -23,7 +23,8 @@ using json = nlohmann::json;
 int FindSegment(absl::Span<const double> knots, double x) {
   const int n = static_cast<int>(knots.size());
   if (n < 2) return 0;
-  const int s = static_cast<int>(std::upper_bound(knots.begin(), knots.end(), x) - knots.begin()) - 1;
+  const int s =
+      static_cast<int>(std::upper_bound(knots.begin(), knots.end(), x) - knots.begin()) - 1;
   return std::clamp(s, 0, n - 2);
 }
 
@@ -46,16 +47,18 @@ double OnSegment(absl::Span<const double> knots, int s, double x, Y y) {
 std::string FormatNumber(double v) { return absl::StrFormat("%g", v); }
 
 absl::Status CheckGrid(const char* name, const std::vector<double>& grid) {
-  if (grid.empty()) return absl::InvalidArgumentError(absl::StrCat("cost table: ", name, " is empty"));
+  if (grid.empty())
+    return absl::InvalidArgumentError(absl::StrCat("cost table: ", name, " is empty"));
   for (size_t i = 0; i < grid.size(); ++i) {
     if (!std::isfinite(grid[i]) || grid[i] <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat("cost table: ", name, "[", i, "] = ",
-                                                     FormatNumber(grid[i]), " is not a positive number"));
+      return absl::InvalidArgumentError(absl::StrCat("cost table: ", name, "[", i,
+                                                     "] = ", FormatNumber(grid[i]),
+                                                     " is not a positive number"));
     }
     if (i > 0 && !(grid[i] > grid[i - 1])) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "cost table: ", name, "[", i, "] = ", FormatNumber(grid[i]), " is not above ", name, "[", i - 1,
-          "] = ", FormatNumber(grid[i - 1]), " (the grid must be strictly increasing)"));
+          "cost table: ", name, "[", i, "] = ", FormatNumber(grid[i]), " is not above ", name, "[",
+          i - 1, "] = ", FormatNumber(grid[i - 1]), " (the grid must be strictly increasing)"));
     }
   }
   return absl::OkStatus();
@@ -63,23 +66,26 @@ absl::Status CheckGrid(const char* name, const std::vector<double>& grid) {
 
 absl::StatusOr<std::vector<double>> ParseGrid(const json& doc, const char* name) {
   auto it = doc.find(name);
-  if (it == doc.end()) return absl::InvalidArgumentError(absl::StrCat("cost table: '", name, "' is missing"));
-  if (!it->is_array()) return absl::InvalidArgumentError(absl::StrCat("cost table: '", name, "' is not an array"));
+  if (it == doc.end())
+    return absl::InvalidArgumentError(absl::StrCat("cost table: '", name, "' is missing"));
+  if (!it->is_array())
+    return absl::InvalidArgumentError(absl::StrCat("cost table: '", name, "' is not an array"));
   std::vector<double> grid;
   for (size_t i = 0; i < it->size(); ++i) {
     const json& v = (*it)[i];
     if (!v.is_number()) {
-      return absl::InvalidArgumentError(absl::StrCat("cost table: ", name, "[", i, "] is not a number"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cost table: ", name, "[", i, "] is not a number"));
     }
     grid.push_back(v.get<double>());
   }
   return grid;
 }
 
-std::string CellName(const std::vector<double>& batch_sizes, const std::vector<double>& verify_tokens, size_t b,
-                     size_t m) {
-  return absl::StrCat("seconds[", b, "][", m, "] (batch ", FormatNumber(batch_sizes[b]), ", tokens ",
-                      FormatNumber(verify_tokens[m]), ")");
+std::string CellName(const std::vector<double>& batch_sizes,
+                     const std::vector<double>& verify_tokens, size_t b, size_t m) {
+  return absl::StrCat("seconds[", b, "][", m, "] (batch ", FormatNumber(batch_sizes[b]),
+                      ", tokens ", FormatNumber(verify_tokens[m]), ")");
 }
 
 json GridToJson(const std::vector<double>& grid) {
@@ -102,20 +108,23 @@ double CostCurve::At(double verify_tokens) const {
   return AtNondecreasing(verify_tokens, &segment);
 }
 
-absl::StatusOr<CostTable> CostTable::Create(std::vector<double> batch_sizes, std::vector<double> verify_tokens,
+absl::StatusOr<CostTable> CostTable::Create(std::vector<double> batch_sizes,
+                                            std::vector<double> verify_tokens,
                                             std::vector<double> seconds) {
   if (absl::Status s = CheckGrid("batch_sizes", batch_sizes); !s.ok()) return s;
   if (absl::Status s = CheckGrid("verify_tokens", verify_tokens); !s.ok()) return s;
   if (seconds.size() != batch_sizes.size() * verify_tokens.size()) {
     return absl::InvalidArgumentError(absl::StrCat("cost table: ", seconds.size(), " cells for a ",
-                                                   batch_sizes.size(), " x ", verify_tokens.size(), " grid"));
+                                                   batch_sizes.size(), " x ", verify_tokens.size(),
+                                                   " grid"));
   }
   for (size_t b = 0; b < batch_sizes.size(); ++b) {
     for (size_t m = 0; m < verify_tokens.size(); ++m) {
       const double t = seconds[b * verify_tokens.size() + m];
       if (!std::isfinite(t) || t <= 0) {
-        return absl::InvalidArgumentError(absl::StrCat("cost table: ", CellName(batch_sizes, verify_tokens, b, m),
-                                                       " = ", FormatNumber(t), " is not a positive time"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("cost table: ", CellName(batch_sizes, verify_tokens, b, m), " = ",
+                         FormatNumber(t), " is not a positive time"));
       }
     }
   }
@@ -129,7 +138,8 @@ absl::StatusOr<CostTable> CostTable::Create(std::vector<double> batch_sizes, std
 absl::StatusOr<CostTable> CostTable::FromJson(std::string_view text) {
   const json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return absl::InvalidArgumentError("cost table: not valid JSON");
-  if (!doc.is_object()) return absl::InvalidArgumentError("cost table: the top level is not an object");
+  if (!doc.is_object())
+    return absl::InvalidArgumentError("cost table: the top level is not an object");
   absl::StatusOr<std::vector<double>> batch_sizes = ParseGrid(doc, "batch_sizes");
   if (!batch_sizes.ok()) return batch_sizes.status();
   absl::StatusOr<std::vector<double>> verify_tokens = ParseGrid(doc, "verify_tokens");
@@ -143,32 +153,35 @@ absl::StatusOr<CostTable> CostTable::FromJson(std::string_view text) {
   if (!rows->is_array()) return absl::InvalidArgumentError("cost table: 'seconds' is not an array");
   if (rows->size() > batch_sizes->size()) {
     return absl::InvalidArgumentError(absl::StrCat("cost table: 'seconds' has ", rows->size(),
-                                                   " rows, the batch grid has ", batch_sizes->size()));
+                                                   " rows, the batch grid has ",
+                                                   batch_sizes->size()));
   }
   std::vector<double> seconds;
   seconds.reserve(batch_sizes->size() * verify_tokens->size());
   for (size_t b = 0; b < batch_sizes->size(); ++b) {
     if (b >= rows->size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cost table: ", CellName(*batch_sizes, *verify_tokens, b, 0), " is missing"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cost table: ", CellName(*batch_sizes, *verify_tokens, b, 0), " is missing"));
     }
     const json& row = (*rows)[b];
     if (!row.is_array()) {
       return absl::InvalidArgumentError(absl::StrCat("cost table: seconds[", b, "] (batch ",
-                                                     FormatNumber((*batch_sizes)[b]), ") is not an array"));
+                                                     FormatNumber((*batch_sizes)[b]),
+                                                     ") is not an array"));
     }
     if (row.size() > verify_tokens->size()) {
-      return absl::InvalidArgumentError(absl::StrCat("cost table: seconds[", b, "] has ", row.size(),
-                                                     " cells, the token grid has ", verify_tokens->size()));
+      return absl::InvalidArgumentError(absl::StrCat("cost table: seconds[", b, "] has ",
+                                                     row.size(), " cells, the token grid has ",
+                                                     verify_tokens->size()));
     }
     for (size_t m = 0; m < verify_tokens->size(); ++m) {
       if (m >= row.size() || row[m].is_null()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("cost table: ", CellName(*batch_sizes, *verify_tokens, b, m), " is missing"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cost table: ", CellName(*batch_sizes, *verify_tokens, b, m), " is missing"));
       }
       if (!row[m].is_number()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("cost table: ", CellName(*batch_sizes, *verify_tokens, b, m), " is not a number"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cost table: ", CellName(*batch_sizes, *verify_tokens, b, m), " is not a number"));
       }
       seconds.push_back(row[m].get<double>());
     }
@@ -214,7 +227,8 @@ absl::Status CostTable::Save(const std::string& path) const {
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
-    return absl::PermissionDeniedError(absl::StrCat("cost table: cannot rename ", tmp, " to ", path));
+    return absl::PermissionDeniedError(
+        absl::StrCat("cost table: cannot rename ", tmp, " to ", path));
   }
   return absl::OkStatus();
 }

@@ -1,7 +1,8 @@
 // The measured cost of one verify step: seconds as a function of the batch
 // size B (requests in the step) and the verify tokens M (target rows the
 // step runs). The planner prices each candidate budget k at cost(B, B + k)
-// (seed 002: "plans a per-step verify budget from a measured cost table").
+// (seeds/002_d567d7ab3f14fa00.txt: "plans a per-step verify budget from a
+// measured cost table").
 //
 // JSON form (what `Save` writes and `Load` reads):
 //   {"batch_sizes":   [1, 8, 64],          strictly increasing, positive
@@ -116,7 +117,9 @@ class CostTable {
 
   const std::vector<double>& batch_sizes() const { return batch_sizes_; }
   const std::vector<double>& verify_tokens() const { return verify_tokens_; }
-  double seconds(std::size_t b, std::size_t m) const { return seconds_[b * verify_tokens_.size() + m]; }
+  double seconds(std::size_t b, std::size_t m) const {
+    return seconds_[b * verify_tokens_.size() + m];
+  }
 
  private:
   CostTable() = default;

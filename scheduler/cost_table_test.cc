@@ -99,7 +99,8 @@ TEST(CostTableTest, SweepMatchesPredictBitForBit) {
       int64_t visited = 0;
       curve.Sweep(first, 120, [&](int64_t k, double cost) {
         EXPECT_EQ(k, visited++);
-        EXPECT_EQ(cost, t.Predict(b, first + static_cast<double>(k))) << b << " " << first << " " << k;
+        EXPECT_EQ(cost, t.Predict(b, first + static_cast<double>(k)))
+            << b << " " << first << " " << k;
       });
       EXPECT_EQ(visited, 120);
     }
@@ -111,7 +112,8 @@ TEST(CostTableTest, SweepMatchesPredictBitForBit) {
 }
 
 TEST(CostTableTest, JsonRoundTripsExactly) {
-  const CostTable t = *CostTable::Create({1, 3, 7.5}, {2, 9}, {0.1, 1.0 / 3.0, 2e-5, 0.7, 1e-3, 12.25});
+  const CostTable t =
+      *CostTable::Create({1, 3, 7.5}, {2, 9}, {0.1, 1.0 / 3.0, 2e-5, 0.7, 1e-3, 12.25});
   const absl::StatusOr<CostTable> back = CostTable::FromJson(t.ToJson());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->batch_sizes(), t.batch_sizes());
@@ -135,7 +137,8 @@ TEST(CostTableTest, SaveAndLoad) {
 
 TEST(CostTableTest, IgnoresUnknownKeys) {
   const absl::StatusOr<CostTable> t = CostTable::FromJson(
-      R"({"device": "H200", "batch_sizes": [1], "verify_tokens": [1, 2], "seconds": [[0.5, 0.75]]})");
+      R"({"device": "H200", "batch_sizes": [1], "verify_tokens": [1, 2],
+          "seconds": [[0.5, 0.75]]})");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_NEAR(t->Predict(1, 1.5), 0.625, 1e-16);
 }
@@ -164,7 +167,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadTable{"NullCell", R"({"batch_sizes": [1, 8], "verify_tokens": [1, 16],
                   "seconds": [[0.1, null], [0.2, 0.3]]})",
                  "seconds[0][1] (batch 1, tokens 16) is missing"},
-        BadTable{"MissingRow", R"({"batch_sizes": [1, 8], "verify_tokens": [1, 16], "seconds": [[0.1, 0.2]]})",
+        BadTable{"MissingRow",
+                 R"({"batch_sizes": [1, 8], "verify_tokens": [1, 16], "seconds": [[0.1, 0.2]]})",
                  "seconds[1][0] (batch 8, tokens 1) is missing"},
         BadTable{"ZeroTime", R"({"batch_sizes": [1, 8], "verify_tokens": [1, 16],
                   "seconds": [[0.1, 0.2], [0.0, 0.3]]})",
@@ -172,7 +176,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadTable{"NegativeTime", R"({"batch_sizes": [1, 8], "verify_tokens": [1, 16],
                   "seconds": [[0.1, -0.2], [0.1, 0.3]]})",
                  "seconds[0][1] (batch 1, tokens 16) = -0.2 is not a positive time"},
-        BadTable{"StringTime", R"({"batch_sizes": [1], "verify_tokens": [1], "seconds": [["fast"]]})",
+        BadTable{"StringTime",
+                 R"({"batch_sizes": [1], "verify_tokens": [1], "seconds": [["fast"]]})",
                  "seconds[0][0] (batch 1, tokens 1) is not a number"},
         BadTable{"RepeatedBatch", R"({"batch_sizes": [1, 8, 8], "verify_tokens": [1],
                   "seconds": [[0.1], [0.2], [0.3]]})",
@@ -180,15 +185,19 @@ INSTANTIATE_TEST_SUITE_P(
         BadTable{"DecreasingTokens", R"({"batch_sizes": [1], "verify_tokens": [16, 4],
                   "seconds": [[0.1, 0.2]]})",
                  "verify_tokens[1] = 4 is not above verify_tokens[0] = 16"},
-        BadTable{"ZeroGridValue", R"({"batch_sizes": [0, 1], "verify_tokens": [1], "seconds": [[0.1], [0.2]]})",
+        BadTable{"ZeroGridValue",
+                 R"({"batch_sizes": [0, 1], "verify_tokens": [1], "seconds": [[0.1], [0.2]]})",
                  "batch_sizes[0] = 0 is not a positive number"},
-        BadTable{"ExtraRow", R"({"batch_sizes": [1], "verify_tokens": [1], "seconds": [[0.1], [0.2]]})",
+        BadTable{"ExtraRow",
+                 R"({"batch_sizes": [1], "verify_tokens": [1], "seconds": [[0.1], [0.2]]})",
                  "'seconds' has 2 rows, the batch grid has 1"},
-        BadTable{"ExtraCell", R"({"batch_sizes": [1], "verify_tokens": [1], "seconds": [[0.1, 0.2]]})",
+        BadTable{"ExtraCell",
+                 R"({"batch_sizes": [1], "verify_tokens": [1], "seconds": [[0.1, 0.2]]})",
                  "seconds[0] has 2 cells, the token grid has 1"},
         BadTable{"EmptyGrid", R"({"batch_sizes": [], "verify_tokens": [1], "seconds": []})",
                  "batch_sizes is empty"},
-        BadTable{"NoSeconds", R"({"batch_sizes": [1], "verify_tokens": [1]})", "'seconds' is missing"},
+        BadTable{"NoSeconds", R"({"batch_sizes": [1], "verify_tokens": [1]})",
+                 "'seconds' is missing"},
         BadTable{"NotJson", R"({"batch_sizes": [1], )", "not valid JSON"},
         BadTable{"NotObject", R"([1, 2])", "not an object"}),
     [](const ::testing::TestParamInfo<BadTable>& info) { return std::string(info.param.name); });

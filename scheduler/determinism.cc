@@ -87,9 +87,7 @@ double DeterministicLog(double x) {
   return de * kLn2Hi + (de * kLn2Lo + 2.0 * s * p);
 }
 
-double DeterministicSigmoid(double z) {
-  return 1.0 / (1.0 + DeterministicExp(-z));
-}
+double DeterministicSigmoid(double z) { return 1.0 / (1.0 + DeterministicExp(-z)); }
 
 double DeterministicLogit(double q, double q_floor) {
   if (!(q > q_floor)) q = q_floor;

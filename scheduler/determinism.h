@@ -1,8 +1,9 @@
 // Arithmetic that gives the same bits on every rank: exp, log, logit and
 // sigmoid written with +, -, *, / and exact scaling only, and a 64-bit FNV-1a
 // hasher for consistency checks. Every TP rank must compute the same
-// estimator state and the same verify plan (seed 002, "TP": "every rank
-// computes the same confidence from the same draft"); libm's exp and log may
+// estimator state and the same verify plan (seeds/002_d567d7ab3f14fa00.txt,
+// "TP": "every rank computes the same confidence from the same draft");
+// libm's exp and log may
 // be picked per CPU at load time (glibc ifunc variants with and without FMA),
 // so ranks on different hosts could disagree in the last bit. IEEE basic
 // operations are correctly rounded everywhere, so these cannot.

@@ -1,5 +1,6 @@
 #include "scheduler/determinism.h"
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -52,6 +53,37 @@ TEST(DeterministicSigmoidTest, InvertsLogit) {
     EXPECT_NEAR(DeterministicSigmoid(DeterministicLogit(q, 1e-6)), q, 1e-14);
   }
   EXPECT_EQ(DeterministicSigmoid(0.0), 0.5);
+}
+
+// The exact bits, pinned: a build that contracts to fused multiply-adds, or
+// a change to the polynomials, changes them, and ranks built differently
+// would then disagree.
+TEST(DeterminismTest, PinnedBits) {
+  struct Case {
+    double (*f)(double);
+    double x;
+    uint64_t bits;
+  };
+  const Case cases[] = {
+      {DeterministicExp, -20.5, 0x3e157a3afeed00acull},
+      {DeterministicExp, -1.0, 0x3fd78b56362cef38ull},
+      {DeterministicExp, 0.3, 0x3ff599058c8c1a96ull},
+      {DeterministicExp, 1.0, 0x4005bf0a8b14576aull},
+      {DeterministicExp, 7.25, 0x4096006b5d53e8d9ull},
+      {DeterministicExp, 600.0, 0x76088a122d234b39ull},
+      {DeterministicLog, 1e-300, 0xc085963447f87fb5ull},
+      {DeterministicLog, 0.001, 0xc01ba18a998fffa0ull},
+      {DeterministicLog, 0.5, 0xbfe62e42fefa39efull},
+      {DeterministicLog, 0.9, 0xbfbaf8e8210a415bull},
+      {DeterministicLog, 3.0, 0x3ff193ea7aad030bull},
+      {DeterministicLog, 1e12, 0x403ba18a998fffa0ull},
+      {DeterministicSigmoid, 1.7, 0x3feb0e9edc4324d8ull},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(std::bit_cast<uint64_t>(c.f(c.x)), c.bits) << c.x;
+  }
+  EXPECT_EQ(std::bit_cast<uint64_t>(DeterministicLogit(static_cast<double>(0.9f), 1e-6)),
+            0x400193ea571eca66ull);
 }
 
 TEST(Fnv1a64Test, KnownAnswers) {

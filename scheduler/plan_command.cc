@@ -17,7 +17,8 @@
 #include "scheduler/cost_table.h"
 #include "scheduler/verify_planner.h"
 
-ABSL_FLAG(std::string, input, "", "`verdict plan`: the step to plan, as JSON (scheduler/plan_command.h)");
+ABSL_FLAG(std::string, input, "",
+          "`verdict plan`: the step to plan, as JSON (scheduler/plan_command.h)");
 ABSL_FLAG(std::string, mode, "",
           "`verdict plan`: static, cap-accept or compact; empty: the value of --verify-mode");
 
@@ -44,10 +45,12 @@ struct Step {
   std::optional<double> pinned_budget_fraction;
 };
 
-absl::StatusOr<bool> OptionalBool(const json& object, const char* key, bool fallback, const std::string& where) {
+absl::StatusOr<bool> OptionalBool(const json& object, const char* key, bool fallback,
+                                  const std::string& where) {
   auto it = object.find(key);
   if (it == object.end()) return fallback;
-  if (!it->is_boolean()) return absl::InvalidArgumentError(absl::StrCat(where, ".", key, " is not true or false"));
+  if (!it->is_boolean())
+    return absl::InvalidArgumentError(absl::StrCat(where, ".", key, " is not true or false"));
   return it->get<bool>();
 }
 
@@ -73,23 +76,28 @@ absl::StatusOr<Step> ParseStep(const std::string& text) {
     if (!r.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
     auto conf = r.find("confidences");
     if (conf == r.end() || !conf->is_array() || conf->empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ".confidences is missing, empty or not an array"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".confidences is missing, empty or not an array"));
     }
     if (i == 0) step.gamma = static_cast<int>(conf->size());
     if (static_cast<int>(conf->size()) != step.gamma) {
-      return absl::InvalidArgumentError(absl::StrCat(where, " has ", conf->size(), " confidences, requests[0] has ",
-                                                     step.gamma, " (one gamma per step)"));
+      return absl::InvalidArgumentError(absl::StrCat(where, " has ", conf->size(),
+                                                     " confidences, requests[0] has ", step.gamma,
+                                                     " (one gamma per step)"));
     }
     for (size_t j = 0; j < conf->size(); ++j) {
       if (!(*conf)[j].is_number()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ".confidences[", j, "] is not a number"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".confidences[", j, "] is not a number"));
       }
       step.confidences.push_back((*conf)[j].get<double>());
     }
     int32_t max_len = step.gamma + 1;
     if (auto it = r.find("max_verify_len"); it != r.end()) {
-      if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > (int64_t{1} << 30)) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ".max_verify_len is not an integer >= 1"));
+      if (!it->is_number_integer() || it->get<int64_t>() < 1 ||
+          it->get<int64_t>() > (int64_t{1} << 30)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".max_verify_len is not an integer >= 1"));
       }
       max_len = static_cast<int32_t>(it->get<int64_t>());
     }
@@ -98,7 +106,8 @@ absl::StatusOr<Step> ParseStep(const std::string& text) {
     if (!disabled.ok()) return disabled.status();
     absl::StatusOr<bool> stopped = OptionalBool(r, "stop_emitted", false, where);
     if (!stopped.ok()) return stopped.status();
-    step.flags.push_back(static_cast<uint8_t>((*disabled ? kSpeculationDisabled : 0) | (*stopped ? kStopEmitted : 0)));
+    step.flags.push_back(static_cast<uint8_t>((*disabled ? kSpeculationDisabled : 0) |
+                                              (*stopped ? kStopEmitted : 0)));
   }
   if (step.gamma == 0) step.gamma = 1;  // no requests: any gamma plans the empty step
   return step;
@@ -136,10 +145,12 @@ absl::StatusOr<std::string> PlanCommandJson(const PlanCommandArgs& args) {
   options.mode = *mode;
   options.gamma = step->gamma;
   options.pinned_budget_fraction = step->pinned_budget_fraction;
-  absl::StatusOr<VerifyPlanner> planner = VerifyPlanner::Create(std::move(options), std::move(table));
+  absl::StatusOr<VerifyPlanner> planner =
+      VerifyPlanner::Create(std::move(options), std::move(table));
   if (!planner.ok()) return planner.status();
   VerifyPlan plan;
-  const PlannerInput input{step->confidences, step->max_verify_lens, step->flags, step->confidence_ready};
+  const PlannerInput input{step->confidences, step->max_verify_lens, step->flags,
+                           step->confidence_ready};
   if (absl::Status s = planner->Plan(input, &plan); !s.ok()) return WithPrefix(args.input_path, s);
 
   json out = json::object();

@@ -95,27 +95,32 @@ TEST(PlanCommandTest, FlagsFromTheInput) {
 TEST(PlanCommandTest, RefusesBadInput) {
   PlanCommandArgs args;
   args.mode = "compact";
-  args.input_path = WriteTemp("ragged.json", R"({"requests": [{"confidences": [0.5]}, {"confidences": [0.5, 0.5]}]})");
+  args.input_path = WriteTemp(
+      "ragged.json", R"({"requests": [{"confidences": [0.5]}, {"confidences": [0.5, 0.5]}]})");
   EXPECT_THAT(std::string(PlanCommandJson(args).status().message()),
               HasSubstr("requests[1] has 2 confidences, requests[0] has 1"));
   args.input_path = WriteTemp("text.json", R"({"requests": [{"confidences": ["high"]}]})");
-  EXPECT_THAT(std::string(PlanCommandJson(args).status().message()), HasSubstr("confidences[0] is not a number"));
+  EXPECT_THAT(std::string(PlanCommandJson(args).status().message()),
+              HasSubstr("confidences[0] is not a number"));
   args.input_path = WriteTemp("broken.json", "{");
   EXPECT_THAT(std::string(PlanCommandJson(args).status().message()), HasSubstr("not valid JSON"));
-  args.input_path = WriteTemp("len.json", R"({"requests": [{"confidences": [0.5], "max_verify_len": 0}]})");
+  args.input_path =
+      WriteTemp("len.json", R"({"requests": [{"confidences": [0.5], "max_verify_len": 0}]})");
   EXPECT_THAT(std::string(PlanCommandJson(args).status().message()), HasSubstr("max_verify_len"));
   args.input_path = "/nonexistent/step.json";
   EXPECT_EQ(PlanCommandJson(args).status().code(), absl::StatusCode::kNotFound);
   args.input_path = WriteTemp("step.json", kStep);
   args.mode = "ragged";
-  EXPECT_THAT(std::string(PlanCommandJson(args).status().message()), HasSubstr("unknown verify mode"));
+  EXPECT_THAT(std::string(PlanCommandJson(args).status().message()),
+              HasSubstr("unknown verify mode"));
 }
 
 TEST(PlanCommandTest, RefusesABadTableNamingTheCell) {
   PlanCommandArgs args;
   args.mode = "compact";
   args.input_path = WriteTemp("step.json", kStep);
-  args.cost_table_path = WriteTemp("bad_table.json", R"({"batch_sizes": [1, 2], "verify_tokens": [1, 8],
+  args.cost_table_path =
+      WriteTemp("bad_table.json", R"({"batch_sizes": [1, 2], "verify_tokens": [1, 8],
       "seconds": [[0.1, 0.2], [0.2]]})");
   const absl::Status s = PlanCommandJson(args).status();
   EXPECT_FALSE(s.ok());

@@ -89,8 +89,8 @@ absl::StatusOr<VerifyMode> ParseVerifyMode(std::string_view name) {
   if (name == "static") return VerifyMode::kStatic;
   if (name == "cap-accept" || name == "cap_accept") return VerifyMode::kCapAccept;
   if (name == "compact") return VerifyMode::kCompact;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown verify mode '", std::string(name), "' (static, cap-accept or compact)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown verify mode '", std::string(name),
+                                                 "' (static, cap-accept or compact)"));
 }
 
 std::string_view PlanReasonName(PlanReason reason) {
@@ -141,14 +141,15 @@ double ExpectedCommittedTokens(absl::Span<const double> confidences, int gamma,
   return total;
 }
 
-absl::StatusOr<VerifyPlanner> VerifyPlanner::Create(PlannerOptions options, std::optional<CostTable> cost_table) {
+absl::StatusOr<VerifyPlanner> VerifyPlanner::Create(PlannerOptions options,
+                                                    std::optional<CostTable> cost_table) {
   if (options.gamma < 1 || options.gamma > kMaxGamma) {
     return absl::InvalidArgumentError(
         absl::StrCat("verify planner: gamma = ", options.gamma, " (1 to ", kMaxGamma, ")"));
   }
   if (!(options.min_survival >= 1e-12) || !(options.min_survival <= 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("verify planner: min_survival = ", options.min_survival, " is outside [1e-12, 1]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "verify planner: min_survival = ", options.min_survival, " is outside [1e-12, 1]"));
   }
   if (options.pinned_budget_fraction.has_value()) {
     const double f = *options.pinned_budget_fraction;
@@ -158,7 +159,8 @@ absl::StatusOr<VerifyPlanner> VerifyPlanner::Create(PlannerOptions options, std:
     }
     if (options.mode == VerifyMode::kStatic) {
       return absl::InvalidArgumentError(
-          "verify planner: a pinned budget needs cap-accept or compact mode (static verifies everything)");
+          "verify planner: a pinned budget needs cap-accept or compact mode (static verifies "
+          "everything)");
     }
   }
   return VerifyPlanner(std::move(options), std::move(cost_table));
@@ -295,7 +297,8 @@ void VerifyPlanner::VerifyEverything(int64_t batch, PlanReason reason, VerifyPla
   plan->verify_tokens = batch * (gamma + 1);
   plan->packed = false;
   plan->predicted_step_seconds =
-      cost_table_.has_value() ? cost_table_->Predict(static_cast<double>(batch), static_cast<double>(plan->verify_tokens))
+      cost_table_.has_value() ? cost_table_->Predict(static_cast<double>(batch),
+                                                     static_cast<double>(plan->verify_tokens))
                               : std::numeric_limits<double>::quiet_NaN();
   plan->predicted_committed_tokens = tokens;
 }
@@ -305,7 +308,8 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
   const int64_t batch = static_cast<int64_t>(input.max_verify_lens.size());
   if (input.confidences.size() != static_cast<size_t>(batch * gamma)) {
     return absl::InvalidArgumentError(absl::StrCat("verify planner: ", input.confidences.size(),
-                                                   " confidences for ", batch, " requests x gamma ", gamma));
+                                                   " confidences for ", batch, " requests x gamma ",
+                                                   gamma));
   }
   if (!input.flags.empty() && input.flags.size() != static_cast<size_t>(batch)) {
     return absl::InvalidArgumentError(
@@ -317,7 +321,8 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
   }
   for (int64_t i = 0; i < batch; ++i) {
     if (input.max_verify_lens[i] < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("verify planner: request ", i, " has maximum verify length ",
+      return absl::InvalidArgumentError(absl::StrCat("verify planner: request ", i,
+                                                     " has maximum verify length ",
                                                      input.max_verify_lens[i], " (at least 1)"));
     }
   }
@@ -364,8 +369,9 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
     if (!cost_table_.has_value()) {
       if (!logged_no_table_) {
         logged_no_table_ = true;
-        const std::string message = absl::StrCat("verify planner: no cost table; verifying every draft (mode ",
-                                                 std::string(VerifyModeName(options_.mode)), ")");
+        const std::string message =
+            absl::StrCat("verify planner: no cost table; verifying every draft (mode ",
+                         std::string(VerifyModeName(options_.mode)), ")");
         if (options_.log) {
           options_.log(message);
         } else {
@@ -407,7 +413,8 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
   int64_t k_star = 0;
   double tau_star = static_cast<double>(batch);
   if (pinned) {
-    const double want = std::floor(*options_.pinned_budget_fraction * static_cast<double>(batch * gamma) + 0.5);
+    const double want =
+        std::floor(*options_.pinned_budget_fraction * static_cast<double>(batch * gamma) + 0.5);
     k_star = std::min<int64_t>(static_cast<int64_t>(want), num_candidates_);
     for (int64_t t = 0; t < k_star; ++t) tau_star += sorted_[t].survival;
   } else {
@@ -440,9 +447,9 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
   plan->packed = options_.mode == VerifyMode::kCompact;
   plan->verify_tokens = plan->packed ? batch + k_star : batch * (gamma + 1);
   plan->predicted_step_seconds =
-      cost_table_.has_value()
-          ? cost_table_->Predict(static_cast<double>(batch), static_cast<double>(plan->verify_tokens))
-          : std::numeric_limits<double>::quiet_NaN();
+      cost_table_.has_value() ? cost_table_->Predict(static_cast<double>(batch),
+                                                     static_cast<double>(plan->verify_tokens))
+                              : std::numeric_limits<double>::quiet_NaN();
   plan->predicted_committed_tokens = tau_star;
   return absl::OkStatus();
 }

@@ -1,8 +1,9 @@
 // The verify planner: every step, on every TP rank, decides how many target
 // rows each request gets, from the drafts' confidences and the cost table
-// (seed 001, "DeepInfer also allocates verification by confidence"; seed 002,
-// "Modifications"). It chooses a total budget by expected committed tokens per
-// predicted second, then gives the budget to the most likely drafts.
+// (seeds/001_4939eb13572a4c80.txt, "DeepInfer also allocates verification by
+// confidence"; seeds/002_d567d7ab3f14fa00.txt, "Modifications"). It chooses
+// a total budget by expected committed tokens per predicted second, then
+// gives the budget to the most likely drafts.
 //
 // Vocabulary. A request has gamma drafts. Its verify length L counts the
 // target rows verified for it: rows 0..L-2 check drafts 0..L-2 and row L-1,
@@ -32,7 +33,8 @@
 namespace verdict {
 
 enum class VerifyMode {
-  // Verify every draft; the plan does not trim (the default of seed 002).
+  // Verify every draft; the plan does not trim (the default, as in
+  // seeds/002_d567d7ab3f14fa00.txt).
   kStatic,
   // Verify every draft, accept at most the planned length: trimming changes
   // acceptance only, which checks a table and the confidences without packed
@@ -48,19 +50,22 @@ absl::StatusOr<VerifyMode> ParseVerifyMode(std::string_view name);
 
 // Why a plan has the lengths it has; for the log and metrics.
 enum class PlanReason {
-  kPlanned,           // budget from the objective
-  kPinnedBudget,      // budget pinned by the options (profiling)
-  kStaticMode,        // static mode verifies everything
-  kNoCostTable,       // nothing to price a budget with: verify everything
-  kConfidencePrior,   // the confidence source is on its prior: verify everything
-  kSmallBatch,        // the shortest plan costs as much as the full block
-  kEmptyBatch,        // no requests
+  kPlanned,          // budget from the objective
+  kPinnedBudget,     // budget pinned by the options (profiling)
+  kStaticMode,       // static mode verifies everything
+  kNoCostTable,      // nothing to price a budget with: verify everything
+  kConfidencePrior,  // the confidence source is on its prior: verify everything
+  kSmallBatch,       // the shortest plan costs as much as the full block
+  kEmptyBatch,       // no requests
 };
 std::string_view PlanReasonName(PlanReason reason);
 
 // Per-request flags (PlannerInput::flags).
 inline constexpr uint8_t kSpeculationDisabled = 1u << 0;  // verify length 1
-inline constexpr uint8_t kStopEmitted = 1u << 1;          // confidences count as 0
+// Confidences count as 0: a planned budget gives the request no draft (it
+// emitted a stop on the device; docs/architecture.md, overlap scheduling).
+// Plans that verify everything still include its drafts.
+inline constexpr uint8_t kStopEmitted = 1u << 1;
 
 struct PlannerOptions {
   VerifyMode mode = VerifyMode::kStatic;
@@ -70,8 +75,9 @@ struct PlannerOptions {
   double min_survival = 1e-6;
   // If set (in [0, 1]), the budget is pinned to this fraction of the block's
   // B * gamma drafts, rounded to nearest, with or without a cost table: the
-  // profiler uses it to measure cost(B, M) at chosen M (seed 002, "Cost
-  // table"). Only in cap-accept and compact modes.
+  // profiler uses it to measure cost(B, M) at chosen M
+  // (seeds/002_d567d7ab3f14fa00.txt, "Cost table"). Only in cap-accept and
+  // compact modes.
   std::optional<double> pinned_budget_fraction;
   // Receives the planner's one-time notices (no cost table). Null: stderr.
   std::function<void(std::string_view)> log;
@@ -106,8 +112,8 @@ struct VerifyPlan {
   // Target rows the step runs: sum(verify_lens) when packed, else the full
   // block B * (gamma + 1).
   int64_t verify_tokens = 0;
-  // True when the step verifies the packed planned rows (compact mode with a
-  // trimmed plan); false for the uniform full-block layout.
+  // True when the step verifies the packed planned rows (compact mode, with a
+  // planned or pinned budget); false for the uniform full-block layout.
   bool packed = false;
   // cost(B, verify_tokens) from the table; NaN without a table.
   double predicted_step_seconds = 0;
@@ -127,17 +133,21 @@ uint64_t PlanHash(const VerifyPlan& plan);
 double ExpectedCommittedTokens(absl::Span<const double> confidences, int gamma,
                                absl::Span<const int32_t> verify_lens);
 
+// One per rank, used from the scheduling thread (not thread-safe: Plan
+// reuses its buffers).
 class VerifyPlanner {
  public:
   // Without a cost table the planner verifies everything (unless pinned) and
   // says so once through options.log.
-  static absl::StatusOr<VerifyPlanner> Create(PlannerOptions options, std::optional<CostTable> cost_table);
+  static absl::StatusOr<VerifyPlanner> Create(PlannerOptions options,
+                                              std::optional<CostTable> cost_table);
 
   // Plans one step into `plan`, reusing its storage: after the first steps,
   // planning allocates nothing. Refuses malformed input (sizes, a maximum
   // verify length below 1, more than 2^24 - 1 requests) without planning.
   //
-  // Planned budget (seed 002, "the budget objective, top-k allocation"):
+  // Planned budget (seeds/002_d567d7ab3f14fa00.txt, "the budget objective,
+  // top-k allocation"):
   // candidates are all (i, j) with j < cap_i - 1 and survival >= min_survival,
   // sorted by survival descending, then j ascending, then i ascending;
   // tau(k) = B + the top k survivals; k* = argmax over k = 0..K of
@@ -150,7 +160,8 @@ class VerifyPlanner {
   const PlannerOptions& options() const { return options_; }
   bool has_cost_table() const { return cost_table_.has_value(); }
 
-  // One draft the budget may verify: draft j of request i.
+  // One draft the budget may verify: draft j of request i. Public only for
+  // the sort helpers in verify_planner.cc.
   struct Candidate {
     double survival;
     uint32_t key;   // sort key from the survival's top bits (SortCandidates)

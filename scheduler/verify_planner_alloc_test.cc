@@ -31,7 +31,8 @@ TEST(VerifyPlannerAllocTest, PlanningAllocatesNothingOnceWarm) {
                                              {0.010, 0.012, 0.020, 0.080,  //
                                               0.012, 0.014, 0.024, 0.090,  //
                                               0.020, 0.020, 0.030, 0.120});
-  for (const VerifyMode mode : {VerifyMode::kCompact, VerifyMode::kCapAccept, VerifyMode::kStatic}) {
+  for (const VerifyMode mode :
+       {VerifyMode::kCompact, VerifyMode::kCapAccept, VerifyMode::kStatic}) {
     PlannerOptions options;
     options.mode = mode;
     options.gamma = kGamma;
@@ -41,9 +42,12 @@ TEST(VerifyPlannerAllocTest, PlanningAllocatesNothingOnceWarm) {
     std::vector<int32_t> caps(512, kGamma + 1);
     VerifyPlan plan;
     auto plan_batch = [&](int batch) {
-      for (int t = 0; t < batch * kGamma; ++t) confidences[t] = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      for (int t = 0; t < batch * kGamma; ++t)
+        confidences[t] = static_cast<double>(rng() >> 11) * 0x1.0p-53;
       const PlannerInput input{absl::MakeConstSpan(confidences).first(batch * kGamma),
-                               absl::MakeConstSpan(caps).first(batch), {}, true};
+                               absl::MakeConstSpan(caps).first(batch),
+                               {},
+                               true};
       return planner.Plan(input, &plan).ok();
     };
     ASSERT_TRUE(plan_batch(512));  // grows every buffer to the largest batch

@@ -50,7 +50,8 @@ std::vector<double> SyntheticConfidences(int batch, int gamma, std::mt19937_64& 
   std::vector<double> c(batch * gamma);
   for (int i = 0; i < batch; ++i) {
     const double level = 0.35 + 0.6 * Uniform(rng);
-    for (int j = 0; j < gamma; ++j) c[i * gamma + j] = std::min(1.0, level * (0.85 + 0.3 * Uniform(rng)));
+    for (int j = 0; j < gamma; ++j)
+      c[i * gamma + j] = std::min(1.0, level * (0.85 + 0.3 * Uniform(rng)));
   }
   return c;
 }
@@ -81,8 +82,8 @@ void BM_Plan(benchmark::State& state) {
     ++steps;
   }
   state.counters["planned_frac"] = static_cast<double>(planned) / static_cast<double>(steps);
-  state.counters["budget_frac"] =
-      static_cast<double>(budget) / (static_cast<double>(steps) * static_cast<double>(batch * gamma));
+  state.counters["budget_frac"] = static_cast<double>(budget) /
+                                  (static_cast<double>(steps) * static_cast<double>(batch * gamma));
   state.counters["requests_per_s"] =
       benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -108,8 +109,10 @@ void BM_EstimatorScore(benchmark::State& state) {
     for (float& q : signals) q = static_cast<float>(0.05 + 0.94 * Uniform(rng));
     for (int i = 0; i < 64; ++i) {
       int accepted = 0;
-      while (accepted < gamma && Uniform(rng) < 0.2 + 0.75 * signals[i * gamma + accepted]) ++accepted;
-      observations[i] = {step * 64 + i, absl::MakeConstSpan(signals).subspan(i * gamma, gamma), gamma, accepted};
+      while (accepted < gamma && Uniform(rng) < 0.2 + 0.75 * signals[i * gamma + accepted])
+        ++accepted;
+      observations[i] = {step * 64 + i, absl::MakeConstSpan(signals).subspan(i * gamma, gamma),
+                         gamma, accepted};
     }
     (void)estimator.Observe(observations);
   }
@@ -121,7 +124,8 @@ void BM_EstimatorScore(benchmark::State& state) {
   for (float& q : step_signals) q = static_cast<float>(0.05 + 0.94 * Uniform(rng));
   std::vector<double> confidences(batch * gamma);
   for (auto _ : state) {
-    if (!estimator.Score(step_signals, absl::MakeSpan(confidences)).ok()) state.SkipWithError("Score failed");
+    if (!estimator.Score(step_signals, absl::MakeSpan(confidences)).ok())
+      state.SkipWithError("Score failed");
     benchmark::DoNotOptimize(confidences.data());
   }
 }

@@ -27,7 +27,8 @@ VerifyPlanner MakePlanner(VerifyMode mode, int gamma, std::optional<CostTable> t
   options.gamma = gamma;
   options.pinned_budget_fraction = pinned;
   options.log = [](std::string_view) {};
-  absl::StatusOr<VerifyPlanner> planner = VerifyPlanner::Create(std::move(options), std::move(table));
+  absl::StatusOr<VerifyPlanner> planner =
+      VerifyPlanner::Create(std::move(options), std::move(table));
   EXPECT_TRUE(planner.ok()) << planner.status();
   return *std::move(planner);
 }
@@ -50,7 +51,7 @@ VerifyPlan PlanOrDie(VerifyPlanner& planner, const std::vector<double>& confiden
 // a budget of three draft positions.
 class SeedExerciseTest : public ::testing::Test {
  protected:
-  const std::vector<double> confidences_ = {0.9, 0.9, 0.9,   // request 0: survivals 0.9, 0.81, 0.729
+  const std::vector<double> confidences_ = {0.9, 0.9, 0.9,  // request 0: survivals 0.9, 0.81, 0.729
                                             0.6, 0.5, 0.4};  // request 1: survivals 0.6, 0.3, 0.12
   const std::vector<int32_t> max_lens_ = {4, 4};
 };
@@ -68,9 +69,12 @@ TEST_F(SeedExerciseTest, ExpectedAcceptanceAllocationBeatsEqualAllocation) {
 
   // Equal allocation cannot split three drafts evenly; either near-equal
   // split commits fewer tokens in expectation.
-  EXPECT_NEAR(ExpectedCommittedTokens(confidences_, 3, std::vector<int32_t>{3, 2}), 2 + 0.9 + 0.81 + 0.6, 1e-12);
-  EXPECT_NEAR(ExpectedCommittedTokens(confidences_, 3, std::vector<int32_t>{2, 3}), 2 + 0.9 + 0.6 + 0.3, 1e-12);
-  EXPECT_NEAR(ExpectedCommittedTokens(confidences_, 3, plan.verify_lens), plan.predicted_committed_tokens, 1e-12);
+  EXPECT_NEAR(ExpectedCommittedTokens(confidences_, 3, std::vector<int32_t>{3, 2}),
+              2 + 0.9 + 0.81 + 0.6, 1e-12);
+  EXPECT_NEAR(ExpectedCommittedTokens(confidences_, 3, std::vector<int32_t>{2, 3}),
+              2 + 0.9 + 0.6 + 0.3, 1e-12);
+  EXPECT_NEAR(ExpectedCommittedTokens(confidences_, 3, plan.verify_lens),
+              plan.predicted_committed_tokens, 1e-12);
 }
 
 TEST_F(SeedExerciseTest, ObjectiveChoosesTheSameBudgetOnAStaircase) {
@@ -101,7 +105,8 @@ TEST_F(SeedExerciseTest, StateCorrectionsFollowTheOutcome) {
         {0, absl::MakeConstSpan(signals).subspan(0, 3), /*verified=*/3, o.accepted0},
         {1, absl::MakeConstSpan(signals).subspan(3, 3), /*verified=*/0, 0}};
     ASSERT_TRUE(source.Observe(step).ok());
-    for (int k = 0; k < 3; ++k) EXPECT_EQ(source.observations(k), o.observed[k]) << o.accepted0 << " " << k;
+    for (int k = 0; k < 3; ++k)
+      EXPECT_EQ(source.observations(k), o.observed[k]) << o.accepted0 << " " << k;
     // Committed tokens: the accepted prefix plus the row after it (the
     // correction, or the bonus when all three pass); positions advance by
     // that, never by the draft length.
@@ -133,8 +138,9 @@ TEST(VerifyPlannerTest, FindsTheGlobalPeakOfAStaircase) {
   // tau(k) = 1 + k. Peaks: k = 3 (4 / 1), k = 7 (8 / 1.5) and k = 15
   // (16 / 3, the same ratio as k = 7). A search that stops at the first peak
   // would answer 3; the tie goes to 7.
-  VerifyPlanner planner = MakePlanner(VerifyMode::kCompact, 15,
-                                      TokensOnlyTable({1, 4, 5, 8, 9, 16}, {1.0, 1.0, 1.5, 1.5, 3.0, 3.0}));
+  VerifyPlanner planner =
+      MakePlanner(VerifyMode::kCompact, 15,
+                  TokensOnlyTable({1, 4, 5, 8, 9, 16}, {1.0, 1.0, 1.5, 1.5, 3.0, 3.0}));
   const VerifyPlan plan = PlanOrDie(planner, std::vector<double>(15, 1.0), {16});
   EXPECT_EQ(plan.budget, 7);
   EXPECT_THAT(plan.verify_lens, ElementsAre(8));
@@ -142,7 +148,8 @@ TEST(VerifyPlannerTest, FindsTheGlobalPeakOfAStaircase) {
 }
 
 TEST(VerifyPlannerTest, AllZeroConfidencesVerifyNoDraft) {
-  VerifyPlanner planner = MakePlanner(VerifyMode::kCompact, 4, TokensOnlyTable({1, 64}, {0.01, 0.05}));
+  VerifyPlanner planner =
+      MakePlanner(VerifyMode::kCompact, 4, TokensOnlyTable({1, 64}, {0.01, 0.05}));
   const VerifyPlan plan = PlanOrDie(planner, std::vector<double>(12, 0.0), {5, 5, 5});
   EXPECT_EQ(plan.reason, PlanReason::kPlanned);
   EXPECT_EQ(plan.budget, 0);
@@ -152,7 +159,8 @@ TEST(VerifyPlannerTest, AllZeroConfidencesVerifyNoDraft) {
 }
 
 TEST(VerifyPlannerTest, StopEmittedCountsAsZeroConfidence) {
-  VerifyPlanner planner = MakePlanner(VerifyMode::kCompact, 2, TokensOnlyTable({1, 64}, {0.01, 0.0102}));
+  VerifyPlanner planner =
+      MakePlanner(VerifyMode::kCompact, 2, TokensOnlyTable({1, 64}, {0.01, 0.0102}));
   const VerifyPlan plan = PlanOrDie(planner, {0.9, 0.9, 0.9, 0.9}, {3, 3}, {kStopEmitted, 0});
   EXPECT_THAT(plan.verify_lens, ElementsAre(1, 3));
 }
@@ -160,13 +168,15 @@ TEST(VerifyPlannerTest, StopEmittedCountsAsZeroConfidence) {
 TEST(VerifyPlannerTest, SurvivalBelowTheFloorIsNeverACandidate) {
   // Survival 1e-7 < 1e-6 on draft 1 of request 0 even though the step is
   // free to lengthen (a nearly flat table).
-  VerifyPlanner planner = MakePlanner(VerifyMode::kCompact, 2, TokensOnlyTable({1, 64}, {0.01, 0.0101}));
+  VerifyPlanner planner =
+      MakePlanner(VerifyMode::kCompact, 2, TokensOnlyTable({1, 64}, {0.01, 0.0101}));
   const VerifyPlan plan = PlanOrDie(planner, {1e-3, 1e-4, 0.9, 0.9}, {3, 3});
   EXPECT_THAT(plan.verify_lens, ElementsAre(2, 3));
 }
 
 TEST(VerifyPlannerTest, FlatTableVerifiesEverything) {
-  VerifyPlanner planner = MakePlanner(VerifyMode::kCompact, 5, TokensOnlyTable({1, 512}, {0.02, 0.02}));
+  VerifyPlanner planner =
+      MakePlanner(VerifyMode::kCompact, 5, TokensOnlyTable({1, 512}, {0.02, 0.02}));
   const VerifyPlan plan = PlanOrDie(planner, std::vector<double>(10, 0.1), {6, 3});
   EXPECT_EQ(plan.reason, PlanReason::kSmallBatch);
   EXPECT_THAT(plan.verify_lens, ElementsAre(6, 3));
@@ -184,13 +194,15 @@ TEST(VerifyPlannerTest, SmallBatchShortcutOnlyWhenTheShortestPlanCostsTheFullBlo
   EXPECT_EQ(PlanOrDie(planner, std::vector<double>(12, 0.2), std::vector<int32_t>(4, 4)).reason,
             PlanReason::kSmallBatch);
   // B = 8: 32 rows cost more than 8; low confidences get trimmed.
-  const VerifyPlan plan = PlanOrDie(planner, std::vector<double>(24, 0.2), std::vector<int32_t>(8, 4));
+  const VerifyPlan plan =
+      PlanOrDie(planner, std::vector<double>(24, 0.2), std::vector<int32_t>(8, 4));
   EXPECT_EQ(plan.reason, PlanReason::kPlanned);
   EXPECT_LT(plan.verify_tokens, 32);
 }
 
 TEST(VerifyPlannerTest, ModesShareLengthsButNotLayout) {
-  const CostTable table = *CostTable::Create({1, 64}, {1, 64, 512}, {0.010, 0.014, 0.060, 0.020, 0.024, 0.090});
+  const CostTable table =
+      *CostTable::Create({1, 64}, {1, 64, 512}, {0.010, 0.014, 0.060, 0.020, 0.024, 0.090});
   std::mt19937_64 rng(21);
   std::vector<double> confidences(16 * 5);
   for (double& c : confidences) c = 0.3 + 0.69 * Uniform(rng);
@@ -240,7 +252,8 @@ TEST(VerifyPlannerTest, WithoutATableVerifiesEverythingAndSaysSoOnce) {
 }
 
 TEST(VerifyPlannerTest, ConfidencePriorVerifiesEverything) {
-  VerifyPlanner planner = MakePlanner(VerifyMode::kCompact, 2, TokensOnlyTable({1, 64}, {0.01, 0.05}));
+  VerifyPlanner planner =
+      MakePlanner(VerifyMode::kCompact, 2, TokensOnlyTable({1, 64}, {0.01, 0.05}));
   const VerifyPlan plan = PlanOrDie(planner, {0.0, 0.0, 0.0, 0.0}, {3, 3}, {}, /*ready=*/false);
   EXPECT_EQ(plan.reason, PlanReason::kConfidencePrior);
   EXPECT_THAT(plan.verify_lens, ElementsAre(3, 3));
@@ -263,9 +276,10 @@ TEST(VerifyPlannerTest, PinnedBudgetHitsTheTokenCountItAsks) {
 }
 
 TEST(VerifyPlannerTest, CapsAndFlags) {
-  VerifyPlanner planner = MakePlanner(VerifyMode::kCompact, 3, TokensOnlyTable({1, 64}, {0.01, 0.0101}));
-  const VerifyPlan plan =
-      PlanOrDie(planner, std::vector<double>(12, 0.95), {2, 100, 4, 4}, {0, 0, kSpeculationDisabled, 0});
+  VerifyPlanner planner =
+      MakePlanner(VerifyMode::kCompact, 3, TokensOnlyTable({1, 64}, {0.01, 0.0101}));
+  const VerifyPlan plan = PlanOrDie(planner, std::vector<double>(12, 0.95), {2, 100, 4, 4},
+                                    {0, 0, kSpeculationDisabled, 0});
   // Request 0 is capped at 2 rows, request 1's 100 means the full block,
   // request 2 does not speculate.
   EXPECT_THAT(plan.verify_lens, ElementsAre(2, 4, 1, 4));
@@ -277,7 +291,8 @@ TEST(VerifyPlannerTest, RefusesMalformedInput) {
   const std::vector<double> conf = {0.5, 0.5, 0.5, 0.5};
   EXPECT_FALSE(planner.Plan({conf, std::vector<int32_t>{3}, {}, true}, &plan).ok());
   EXPECT_FALSE(planner.Plan({conf, std::vector<int32_t>{3, 0}, {}, true}, &plan).ok());
-  EXPECT_FALSE(planner.Plan({conf, std::vector<int32_t>{3, 3}, std::vector<uint8_t>{0}, true}, &plan).ok());
+  EXPECT_FALSE(
+      planner.Plan({conf, std::vector<int32_t>{3, 3}, std::vector<uint8_t>{0}, true}, &plan).ok());
 }
 
 TEST(VerifyPlannerTest, CreateRefusesBadOptions) {
@@ -298,7 +313,8 @@ TEST(VerifyPlannerTest, CreateRefusesBadOptions) {
 }
 
 TEST(VerifyPlannerTest, EmptyBatch) {
-  VerifyPlanner planner = MakePlanner(VerifyMode::kCompact, 3, TokensOnlyTable({1, 64}, {0.01, 0.05}));
+  VerifyPlanner planner =
+      MakePlanner(VerifyMode::kCompact, 3, TokensOnlyTable({1, 64}, {0.01, 0.05}));
   const VerifyPlan plan = PlanOrDie(planner, {}, {});
   EXPECT_EQ(plan.reason, PlanReason::kEmptyBatch);
   EXPECT_TRUE(plan.verify_lens.empty());
@@ -450,11 +466,12 @@ TEST(VerifyPlannerRandomTest, MatchesBruteForceOverPrefixClosedAllocations) {
     const double ratio = plan.predicted_committed_tokens / plan.predicted_step_seconds;
     EXPECT_GE(ratio, best_ratio * (1 - 1e-12)) << "trial " << trial;
     EXPECT_NEAR(plan.predicted_committed_tokens, best_tau[plan.budget], 1e-12) << "trial " << trial;
-    EXPECT_NEAR(ExpectedCommittedTokens(c.confidences, c.gamma, plan.verify_lens), plan.predicted_committed_tokens,
-                1e-12);
+    EXPECT_NEAR(ExpectedCommittedTokens(c.confidences, c.gamma, plan.verify_lens),
+                plan.predicted_committed_tokens, 1e-12);
     // No smaller budget reaches the same objective (ties go to the smaller k).
     for (int64_t k = 0; k < plan.budget; ++k) {
-      EXPECT_LT(best_tau[k] / table.Predict(c.batch, c.batch + k), ratio * (1 + 1e-12)) << "trial " << trial;
+      EXPECT_LT(best_tau[k] / table.Predict(c.batch, c.batch + k), ratio * (1 + 1e-12))
+          << "trial " << trial;
     }
     EXPECT_EQ(plan.verify_lens, ReferenceLengths(c, p, plan.budget)) << "trial " << trial;
     EXPECT_EQ(plan.predicted_step_seconds, table.Predict(c.batch, plan.verify_tokens));

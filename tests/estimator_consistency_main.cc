@@ -1,12 +1,11 @@
 // Every TP rank must end with the same estimator state and plan the same
-// verify lengths, bit for bit (docs/architecture.md, invariant 3; seed 002,
-// "TP"). Each rank runs the same random stream of steps through the online
-// acceptance estimator and the verify planner: draft signals, confidences,
-// a planned step, a simulated verify, observations. The ranks list each
-// step's observations in a different (rank-seeded) order, since the
-// estimator must fold by request id, not by listing order. At the end the
-// ranks all-gather the estimator's state hash and a running hash of every
-// plan, and fail unless all agree.
+// verify lengths, bit for bit (docs/architecture.md, invariant 3;
+// seeds/002_d567d7ab3f14fa00.txt, "TP"). Each rank runs the same random stream of steps through the
+// online acceptance estimator and the verify planner: draft signals, confidences, a planned step, a
+// simulated verify, observations. The ranks list each step's observations in a different
+// (rank-seeded) order, since the estimator must fold by request id, not by listing order. At the
+// end the ranks all-gather the estimator's state hash and a running hash of every plan, and fail
+// unless all agree.
 //
 // Exit status: 0 when every rank agrees and the estimator learned the
 // stream's acceptance model; 3 when the ranks disagree; 4 when the
@@ -68,7 +67,8 @@ int Run(int rank, int size) {
 
   AcceptanceEstimatorOptions est_options;
   est_options.gamma = kGamma;
-  absl::StatusOr<OnlineAcceptanceEstimator> estimator = OnlineAcceptanceEstimator::Create(est_options);
+  absl::StatusOr<OnlineAcceptanceEstimator> estimator =
+      OnlineAcceptanceEstimator::Create(est_options);
   PlannerOptions plan_options;
   plan_options.mode = VerifyMode::kCompact;
   plan_options.gamma = kGamma;
@@ -116,7 +116,8 @@ int Run(int rank, int size) {
         if (Uniform(stream) >= p) break;
         ++accepted;
       }
-      observations[i] = VerifyObservation{ids[i], absl::MakeConstSpan(q, kGamma), verified, accepted};
+      observations[i] =
+          VerifyObservation{ids[i], absl::MakeConstSpan(q, kGamma), verified, accepted};
     }
     if (rank == diverge_rank && step == steps / 2) {
       // One rank sees one different acceptance, as if it had missed the
@@ -141,20 +142,23 @@ int Run(int rank, int size) {
   for (int k = 0; k < kGamma; ++k) {
     const auto& p = estimator->position(k);
     if (rank == 0) {
-      std::printf("position %d: slope %.4f (true %.2f) intercept %.4f (true %.2f) observations %" PRId64
-                  " refits %" PRId64 " rejected %" PRId64 "\n",
-                  k, p.slope, kTrueSlope[k], p.intercept, kTrueIntercept[k], p.observations, p.refits,
-                  p.rejected_refits);
+      std::printf(
+          "position %d: slope %.4f (true %.2f) intercept %.4f (true %.2f) observations %" PRId64
+          " refits %" PRId64 " rejected %" PRId64 "\n",
+          k, p.slope, kTrueSlope[k], p.intercept, kTrueIntercept[k], p.observations, p.refits,
+          p.rejected_refits);
     }
     // Loose bounds: the last position sees about 1,500 observations in this
     // stream (standard errors near 0.1), the first ones a full window of 4096.
-    result.learned = result.learned && p.refits > 100 && std::fabs(p.slope - kTrueSlope[k]) < 0.35 &&
+    result.learned = result.learned && p.refits > 100 &&
+                     std::fabs(p.slope - kTrueSlope[k]) < 0.35 &&
                      std::fabs(p.intercept - kTrueIntercept[k]) < 0.5;
   }
 
   uint64_t mine[2] = {result.estimator_hash, result.plans_hash};
   std::vector<uint64_t> all(2 * static_cast<size_t>(size));
-  if (MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD) != MPI_SUCCESS) {
+  if (MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD) !=
+      MPI_SUCCESS) {
     std::fprintf(stderr, "rank %d: MPI_Allgather failed\n", rank);
     return 2;
   }
@@ -164,8 +168,8 @@ int Run(int rank, int size) {
   }
   if (rank == 0) {
     for (int r = 0; r < size; ++r) {
-      std::printf("rank %d: estimator hash %016" PRIx64 ", plans hash %016" PRIx64 "\n", r, all[2 * r],
-                  all[2 * r + 1]);
+      std::printf("rank %d: estimator hash %016" PRIx64 ", plans hash %016" PRIx64 "\n", r,
+                  all[2 * r], all[2 * r + 1]);
     }
     std::printf("%d steps, %d planned (the rest verified everything)\n", steps, planned_steps);
   }
