@@ -43,6 +43,9 @@ struct Engine::Request {
   std::unique_ptr<StopChecker> stop;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;
   GenerationUsage usage;
+  absl::Time arrival;        // rank 0's clock, for latency metrics
+  absl::Time last_emit;      // the previous event with tokens
+  bool first_token_sent = false;
   // Tokens of the finishing step, sent with the final event.
   std::vector<int32_t> unsent_tokens;
   std::vector<float> unsent_logprobs;
@@ -262,6 +265,15 @@ StepControl Engine::CollectControl() {
 
 absl::Status Engine::Run() {
   while (true) {
+    if (comm_->world_size() > 1) {
+      int32_t drain = drain_requested_local_.load() ? 1 : 0;
+      if (absl::Status s = comm_->AllReduceSum(&drain, &drain, 1, DataType::kInt32); !s.ok()) {
+        return s;
+      }
+      if (drain > 0) drain_requested_any_.store(true);
+    } else if (drain_requested_local_.load()) {
+      drain_requested_any_.store(true);
+    }
     StepControl control;
     if (comm_->rank() == 0) control = CollectControl();
     if (absl::Status s = BroadcastStepControl(*comm_, &control); !s.ok()) return s;
@@ -273,12 +285,13 @@ absl::Status Engine::Run() {
       return absl::OkStatus();
     }
     Admit();
-    if (running_.empty()) continue;
-    if (absl::Status s = Step(); !s.ok()) {
+    absl::Status step = running_.empty() ? absl::OkStatus() : Step();
+    if (!step.ok()) {
       // A failed step leaves the batch in an unknown state: fail its requests.
-      while (!running_.empty()) Finish(*running_.front(), FinishReason::kError, s.ToString());
-      return s;
+      while (!running_.empty()) Finish(*running_.front(), FinishReason::kError, step.ToString());
+      return step;
     }
+    UpdateGauges();
   }
 }
 
@@ -305,6 +318,7 @@ void Engine::ApplyControl(StepControl control) {
     request->detokenizer =
         std::make_unique<IncrementalDetokenizer>(tokenizer_.get(), request->tokens);
     request->usage.prompt_tokens = request->prompt_len;
+    request->arrival = absl::Now();
     waiting_.push_back(std::move(request));
   }
   for (const std::string& id : control.cancelled) {
@@ -653,11 +667,28 @@ absl::Status Engine::Step() {
     if (Commit(r, tokens, logprobs)) finished.push_back(&r);
   }
   stats_.last_verify_lens = verify_lens;
+  if (metrics_ != nullptr) {
+    int proposed = 0, verified_drafts = 0, accepted_drafts = 0;
+    for (const VerifyObservation& o : observations) {
+      proposed += g;
+      verified_drafts += o.num_verified_drafts;
+      accepted_drafts += o.accepted_drafts;
+    }
+    metrics_->RecordSpeculativeStep(proposed, verified_drafts, accepted_drafts);
+  }
   if (!observations.empty()) {
     if (absl::Status s = estimator_->Observe(observations); !s.ok()) return s;
   }
   for (Request* r : finished) Finish(*r, ToFinishReason(r->stop->reason()));
   return absl::OkStatus();
+}
+
+void Engine::UpdateGauges() {
+  if (metrics_ == nullptr) return;
+  metrics_->SetQueueDepth(static_cast<int>(running_.size()), static_cast<int>(waiting_.size()));
+  const KvCache& kv = *target_model_.kv;
+  metrics_->SetKvCacheUsage(1.0 - static_cast<double>(kv.free_blocks()) /
+                                      std::max(1, kv.config().num_blocks));
 }
 
 bool Engine::Commit(Request& r, const std::vector<int32_t>& tokens,
@@ -701,6 +732,28 @@ void Engine::Emit(Request& r, std::vector<int32_t> tokens, std::vector<float> lo
   event.finish_reason = reason;
   event.error = error;
   event.usage = r.usage;
+  if (metrics_ != nullptr) {
+    const absl::Time now = absl::Now();
+    if (!event.token_ids.empty()) {
+      if (!r.first_token_sent) {
+        metrics_->RecordTimeToFirstToken(absl::ToDoubleSeconds(now - r.arrival));
+      } else {
+        // Tokens of one step arrive together: spread the gap over them.
+        const double gap = absl::ToDoubleSeconds(now - r.last_emit) / event.token_ids.size();
+        for (size_t k = 0; k < event.token_ids.size(); ++k) metrics_->RecordInterTokenLatency(gap);
+      }
+      r.first_token_sent = true;
+      r.last_emit = now;
+    }
+    if (finished) {
+      RequestOutcome outcome = RequestOutcome::kError;
+      if (reason == FinishReason::kStop) outcome = RequestOutcome::kStop;
+      if (reason == FinishReason::kLength) outcome = RequestOutcome::kLength;
+      if (reason == FinishReason::kCancelled) outcome = RequestOutcome::kCancelled;
+      metrics_->RecordRequestFinished(outcome, r.usage.prompt_tokens, r.usage.completion_tokens,
+                                      absl::ToDoubleSeconds(now - r.arrival));
+    }
+  }
   GenerationCallback callback;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -14,6 +14,7 @@
 #ifndef VERDICT_RUNTIME_ENGINE_H_
 #define VERDICT_RUNTIME_ENGINE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -29,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "comm/communicator.h"
+#include "monitoring/metrics.h"
 #include "runtime/generation.h"
 #include "runtime/kv_cache.h"
 #include "runtime/llama_model.h"
@@ -99,6 +101,16 @@ class Engine : public GenerationService {
   // cancelled; then every rank's Run() returns.
   void Shutdown(absl::Time deadline = absl::InfinitePast());
 
+  // Any rank, from any thread (a signal-handling thread): asks for a
+  // graceful shutdown. The ranks exchange the request every iteration, so
+  // rank 0 learns of it however many ranks got the signal.
+  void RequestDrain() { drain_requested_local_.store(true); }
+  // Rank 0: true once any rank asked for a drain.
+  bool drain_requested() const { return drain_requested_any_.load(); }
+
+  // Rank 0: where serving metrics go; optional (null: none). Set before Run.
+  void set_metrics(ServingMetrics* metrics) { metrics_ = metrics; }
+
   bool ready() const { return true; }
   int rank() const { return comm_->rank(); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -136,11 +148,16 @@ class Engine : public GenerationService {
   bool Commit(Request& request, const std::vector<int32_t>& tokens,
               const std::vector<float>& logprobs);
   void Finish(Request& request, FinishReason reason, const std::string& error = "");
+  // Rank 0: running and waiting requests and KV usage, after each iteration.
+  void UpdateGauges();
   void Emit(Request& request, std::vector<int32_t> tokens, std::vector<float> logprobs,
             bool finished, FinishReason reason, const std::string& error);
 
   const EngineOptions options_;
   Communicator* comm_;
+  ServingMetrics* metrics_ = nullptr;
+  std::atomic<bool> drain_requested_local_{false};
+  std::atomic<bool> drain_requested_any_{false};
   Model target_model_;
   std::optional<Model> draft_model_;
   ModelRunner* target_ = nullptr;

@@ -45,6 +45,11 @@ std::string ResolveModelDir(const std::string& dir) {
   return dir;
 }
 
+std::string TargetModelDirFromFlags() {
+  const std::string model = absl::GetFlag(FLAGS_model);
+  return ResolveModelDir(model.empty() ? "models/target" : model);
+}
+
 absl::StatusOr<EngineRuntime> StartEngineFromFlags() {
   EngineRuntime rt;
   absl::StatusOr<std::shared_ptr<MpiSession>> mpi = MpiSession::Acquire();
@@ -90,11 +95,8 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags() {
   }
   std::string model = absl::GetFlag(FLAGS_model);
   std::string draft = absl::GetFlag(FLAGS_draft);
-  if (model.empty()) {
-    model = "models/target";
-    if (draft.empty()) draft = "models/draft";
-  }
-  ModelSource target{ResolveModelDir(model), load_format == "dummy", 1};
+  if (model.empty() && draft.empty()) draft = "models/draft";
+  ModelSource target{TargetModelDirFromFlags(), load_format == "dummy", 1};
   std::optional<ModelSource> draft_source;
   if (!draft.empty()) draft_source = ModelSource{ResolveModelDir(draft), load_format == "dummy", 2};
   absl::StatusOr<std::unique_ptr<Engine>> engine =

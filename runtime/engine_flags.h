@@ -26,6 +26,10 @@ struct EngineRuntime {
 // Without --model the bundled pair (models/target, models/draft) is used.
 absl::StatusOr<EngineRuntime> StartEngineFromFlags();
 
+// The target model directory --model names (the bundled one by default),
+// resolved as ResolveModelDir does.
+std::string TargetModelDirFromFlags();
+
 // The model directory a flag names: as given if it exists, else relative to
 // the workspace `bazel run` was started from.
 std::string ResolveModelDir(const std::string& dir);

@@ -16,6 +16,7 @@
 #include "kernels/verify_case.h"
 #include "runtime/command_line.h"
 #include "runtime/generate_command.h"
+#include "runtime/serve_command.h"
 #include "scheduler/plan_command.h"
 
 namespace verdict {
@@ -34,6 +35,8 @@ int RunHelp(absl::Span<char* const> positional);
 // Every command of the binary, in the order `verdict help` lists them.
 const Command kCommands[] = {
     {"help", "list the commands", &RunHelp},
+    {"serve", "serve the OpenAI-compatible API (rank 0) on the engine (every rank)",
+     &RunServeCommand},
     {"generate", "run the engine offline on one prompt (--prompt, --max-tokens)",
      &RunGenerateCommand},
     {"sample", "replay one sampler step from a JSON case (--case, --trials)", &RunSampleCommand},

@@ -142,9 +142,14 @@ absl::Status OnlineAcceptanceEstimator::Observe(absl::Span<const VerifyObservati
                    [&](int k, bool accepted) { Push(k, Feature(o.draft_signals[k]), accepted); });
   }
   ++steps_;
-  if (steps_ % options_.refit_interval_steps == 0) {
-    for (int k = 0; k < options_.gamma; ++k) {
-      if (windows_[k].size >= options_.min_observations) Refit(k);
+  // Position k refits when steps_ % interval == k * interval / gamma: every
+  // position every interval, staggered so that one step does not pay for all
+  // of them (a refit over a full window takes about a millisecond).
+  const int64_t interval = options_.refit_interval_steps;
+  const int64_t phase = steps_ % interval;
+  for (int k = 0; k < options_.gamma; ++k) {
+    if (phase == k * interval / options_.gamma && windows_[k].size >= options_.min_observations) {
+      Refit(k);
     }
   }
   return absl::OkStatus();

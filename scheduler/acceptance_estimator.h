@@ -67,7 +67,8 @@ class ConfidenceSource {
 
 struct AcceptanceEstimatorOptions {
   int gamma = 5;
-  // Steps between refits (every position is refit on the same steps).
+  // Steps between two refits of a position. Positions are staggered: k
+  // refits on the steps where steps % interval == k * interval / gamma.
   int refit_interval_steps = 32;
   // Observations a position needs before its first fit; until every position
   // has a fit the estimator is not ready and the planner verifies everything.
@@ -104,10 +105,10 @@ class OnlineAcceptanceEstimator final : public ConfidenceSource {
   // Per request, in request-id order: drafts 0..accepted_drafts-1 are accepted
   // observations; draft accepted_drafts, if it was verified, is the rejected
   // one; later drafts are not observations (a draft after the first rejection
-  // says nothing about its own acceptance). Refits on every
-  // refit_interval_steps-th call. Refuses, without changing the state, a
-  // signal span of the wrong size, counts out of range or a repeated
-  // request id.
+  // says nothing about its own acceptance). Then refits the positions whose
+  // turn it is (see refit_interval_steps). Refuses, without changing the
+  // state, a signal span of the wrong size, counts out of range or a
+  // repeated request id.
   absl::Status Observe(absl::Span<const VerifyObservation> observations) override;
   uint64_t StateHash() const override;
 

@@ -54,8 +54,10 @@ class CostCurve {
 
   // Calls visit(k, At(first + k)) for k = 0, 1, ..., count - 1, in order,
   // with the same values as At (first integral, so that first + k is exact):
-  // the planner's sweep over candidate budgets.
-  // Inline, so that the per-k work is a multiply and an add.
+  // the planner's sweep over candidate budgets. Inline, so that the per-k
+  // work is a multiply and an add; inline code is compiled with the caller's
+  // flags, so a caller that needs the same bits as At builds without
+  // floating-point contraction, as //scheduler does.
   template <typename Visit>
   void Sweep(double first, int64_t count, Visit visit) const {
     const int n = static_cast<int>(knots_.size());

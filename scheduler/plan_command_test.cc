@@ -21,7 +21,7 @@ std::string WriteTemp(const std::string& name, const std::string& text) {
   return path;
 }
 
-// Seed 001's exercise: two requests, three confidences each.
+// The exercise of seeds/001_4939eb13572a4c80.txt: two requests, three confidences each.
 constexpr char kStep[] = R"({"requests": [
   {"confidences": [0.9, 0.9, 0.9]},
   {"confidences": [0.6, 0.5, 0.4], "max_verify_len": 4}]})";

@@ -388,8 +388,8 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
     cost_table_->CurveAt(static_cast<double>(batch), &curve_);
     const double full_block = curve_.At(static_cast<double>(batch * (gamma + 1)));
     const double shortest = curve_.At(static_cast<double>(batch));
-    // Seed 002, "Small batches": trimming cannot pay when even verifying no
-    // draft at all costs as much as the full block.
+    // Trimming cannot pay when even verifying no draft at all costs as much
+    // as the full block (seeds/002_d567d7ab3f14fa00.txt, "Small batches").
     if (shortest >= full_block) {
       VerifyEverything(batch, PlanReason::kSmallBatch, plan);
       return absl::OkStatus();

@@ -1,10 +1,11 @@
 // Planning time per step: VerifyPlanner::Plan in compact mode for 1 to 512
 // requests at gamma 5 and 7, on one core. Target: under 20 microseconds at
 // 256 requests x gamma 7 (public engines report 160 to 200 microseconds for
-// their fused scheduling step). Also the estimator's per-step Score.
+// their fused scheduling step). Also the estimator's per-step Score and one
+// refit.
 //
 //   bazel run -c opt //scheduler:verify_planner_benchmark -- \
-//       --benchmark_out=planner.json --benchmark_out_format=json
+//       --benchmark_out=$PWD/planner.json --benchmark_out_format=json
 //
 // The console table is for people; the JSON file carries the same numbers
 // for scripts (docs/PERF.md).
@@ -133,6 +134,39 @@ BENCHMARK(BM_EstimatorScore)
     ->ArgNames({"requests", "gamma"})
     ->ArgsProduct({{1, 16, 256, 512}, {5, 7}})
     ->Unit(benchmark::kMicrosecond);
+
+// One refit of one position over a full window (4096 observations, the
+// default), plus folding one step of 64 observations: the work a step pays
+// when its turn to refit a position comes.
+void BM_EstimatorRefit(benchmark::State& state) {
+  AcceptanceEstimatorOptions options;
+  options.gamma = 1;
+  options.refit_interval_steps = 1;
+  OnlineAcceptanceEstimator estimator = *OnlineAcceptanceEstimator::Create(options);
+  std::mt19937_64 rng(11);
+  std::vector<float> signals(64);
+  std::vector<VerifyObservation> observations(64);
+  int64_t next_id = 0;
+  auto fill = [&] {
+    for (float& q : signals) q = static_cast<float>(0.05 + 0.94 * Uniform(rng));
+    for (int i = 0; i < 64; ++i) {
+      const int accepted = Uniform(rng) < 0.2 + 0.75 * signals[i] ? 1 : 0;
+      observations[i] = {next_id++, absl::MakeConstSpan(signals).subspan(i, 1), 1, accepted};
+    }
+  };
+  while (estimator.position(0).observations < options.window) {
+    fill();
+    (void)estimator.Observe(observations);
+  }
+  for (auto _ : state) {
+    state.PauseTiming();
+    fill();
+    state.ResumeTiming();
+    if (!estimator.Observe(observations).ok()) state.SkipWithError("Observe failed");
+  }
+  state.counters["refits"] = static_cast<double>(estimator.position(0).refits);
+}
+BENCHMARK(BM_EstimatorRefit)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace verdict

@@ -47,7 +47,7 @@ VerifyPlan PlanOrDie(VerifyPlanner& planner, const std::vector<double>& confiden
   return plan;
 }
 
-// Seed 001, "Make it yours": two requests, three candidate confidences each,
+// seeds/001_4939eb13572a4c80.txt, "Make it yours": two requests, three candidate confidences each,
 // a budget of three draft positions.
 class SeedExerciseTest : public ::testing::Test {
  protected:

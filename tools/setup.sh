@@ -27,15 +27,26 @@ for p in "${packages[@]}"; do
   fi
 done
 
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#packages[@]} packages are installed"
 else
   echo "setup: installing ${missing[*]}"
-  sudo_cmd=()
-  if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
   export DEBIAN_FRONTEND=noninteractive
   "${sudo_cmd[@]}" apt-get update -q
   "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The end-to-end tests drive the server with the official OpenAI Python
+# client, from a virtual environment at a fixed path the tests look up.
+venv=/opt/verdict/python
+if ! "$venv/bin/python3" -c "import openai; assert openai.__version__ == \"3.57.0\"" 2>/dev/null; then
+  echo "setup: creating $venv with the openai client"
+  "${sudo_cmd[@]}" mkdir -p "$(dirname "$venv")"
+  "${sudo_cmd[@]}" /usr/bin/python3 -m venv "$venv"
+  "${sudo_cmd[@]}" "$venv/bin/pip" install -q --disable-pip-version-check "openai==3.57.0"
 fi
 
 if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then

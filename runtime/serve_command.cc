@@ -1,0 +1,154 @@
+#include "runtime/serve_command.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "monitoring/metrics.h"
+#include "runtime/chat_template.h"
+#include "runtime/engine_flags.h"
+#include "runtime/http_server.h"
+#include "runtime/openai_api.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address to bind");
+ABSL_FLAG(int, port, 8000, "serve: HTTP port (0 picks a free one and prints it)");
+ABSL_FLAG(std::string, api_key, "", "serve: require `Authorization: Bearer KEY`");
+ABSL_FLAG(std::string, served_model_name, "",
+          "serve: the model name clients use; default: the target directory's name");
+ABSL_FLAG(int, metrics_port, 0, "serve: Prometheus /metrics port on rank 0 (0: off)");
+ABSL_FLAG(double, drain_seconds, 30,
+          "serve: on SIGTERM, how long in-flight requests may finish before they are "
+          "cancelled");
+ABSL_FLAG(int64_t, max_body_bytes, 1 << 20, "serve: largest request body (413 beyond)");
+
+namespace verdict {
+namespace {
+
+// Waits for SIGTERM or SIGINT (blocked in every thread), or for `also` to
+// become true, checking every 100 ms.
+template <typename Predicate>
+void WaitForStop(const sigset_t& signals, Predicate also) {
+  const timespec tick{0, 100 * 1000 * 1000};
+  while (!also()) {
+    if (sigtimedwait(&signals, nullptr, &tick) > 0) return;
+  }
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+int RunServeCommand(absl::Span<char* const> positional) {
+  if (!positional.empty()) {
+    std::fprintf(stderr, "verdict serve: unexpected argument '%s'\n", positional[0]);
+    return 2;
+  }
+  // Block the stop signals before any thread starts, so every thread
+  // inherits the mask and only WaitForStop receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  absl::StatusOr<EngineRuntime> rt = StartEngineFromFlags();
+  if (!rt.ok()) {
+    std::fprintf(stderr, "verdict serve: %s\n", rt.status().ToString().c_str());
+    return 1;
+  }
+  Engine& engine = *rt->engine;
+
+  if (engine.rank() != 0) {
+    // Followers run the loop; a signal here drains the whole job.
+    std::thread signals([&] {
+      WaitForStop(stop_signals, [] { return false; });
+      engine.RequestDrain();
+    });
+    signals.detach();
+    absl::Status s = engine.Run();
+    if (!s.ok()) {
+      std::fprintf(stderr, "verdict serve (rank %d): %s\n", engine.rank(), s.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  ServingMetrics metrics(registry);
+  engine.set_metrics(&metrics);
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (absl::GetFlag(FLAGS_metrics_port) > 0) {
+    absl::StatusOr<std::unique_ptr<prometheus::Exposer>> started = StartMetricsExposer(
+        absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_metrics_port)),
+        registry);
+    if (!started.ok()) {
+      std::fprintf(stderr, "verdict serve: %s\n", started.status().ToString().c_str());
+      engine.Shutdown();
+      engine.Run().IgnoreError();
+      return 1;
+    }
+    exposer = *std::move(started);
+  }
+
+  absl::Status run_status;
+  std::thread loop([&] { run_status = engine.Run(); });
+
+  const std::string model_dir = TargetModelDirFromFlags();
+  std::string name = absl::GetFlag(FLAGS_served_model_name);
+  if (name.empty()) {
+    name = std::filesystem::path(model_dir).lexically_normal().filename().string();
+    if (name.empty() || name == "target") name = "verdict-default";
+  }
+  absl::StatusOr<ChatTemplate> chat =
+      ChatTemplate::FromTokenizerConfig(ReadFile(model_dir + "/tokenizer_config.json"));
+  ServedModel served{name, static_cast<int>(engine.max_model_len()), 64,
+                     static_cast<int64_t>(std::time(nullptr))};
+  OpenAiApi api(served, engine.tokenizer(), chat.ok() ? *chat : ChatTemplate());
+  HttpServerOptions http;
+  http.host = absl::GetFlag(FLAGS_host);
+  http.port = absl::GetFlag(FLAGS_port);
+  http.api_key = absl::GetFlag(FLAGS_api_key);
+  http.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
+  HttpServer server(http, api, engine, [&engine] { return engine.ready(); });
+  if (absl::Status s = server.Start(); !s.ok()) {
+    std::fprintf(stderr, "verdict serve: %s\n", s.ToString().c_str());
+    engine.Shutdown();
+    loop.join();
+    return 1;
+  }
+  std::fprintf(stderr,
+               "verdict serve: model '%s' on http://%s:%d (tp %d)%s\n", name.c_str(),
+               http.host.c_str(), server.port(), rt->comm->world_size(),
+               exposer ? absl::StrCat(", metrics on port ", absl::GetFlag(FLAGS_metrics_port))
+                             .c_str()
+                       : "");
+
+  WaitForStop(stop_signals, [&engine] { return engine.drain_requested(); });
+  std::fprintf(stderr, "verdict serve: draining (up to %.0f s)\n",
+               absl::GetFlag(FLAGS_drain_seconds));
+  server.Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));
+  engine.Shutdown();
+  loop.join();
+  if (!run_status.ok()) {
+    std::fprintf(stderr, "verdict serve: %s\n", run_status.ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "verdict serve: stopped\n");
+  return 0;
+}
+
+}  // namespace verdict

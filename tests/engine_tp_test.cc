@@ -1,0 +1,525 @@
+// The engine across tensor-parallel ranks, under mpirun (tests/BUILD runs it
+// with 2 and 4 ranks). Every rank builds the engine on an MPI communicator
+// and runs the loop; rank 0 submits and collects. References are computed in
+// the same process at TP 1 on a LocalCommunicator, on rank 0 only, while the
+// other ranks wait on a separate communicator with a long timeout (the
+// engine's own collectives keep the default 30 s, which a reference run on
+// rank 0 alone could exceed).
+//
+//   Greedy: at temperature 0, speculative output at TP N equals the target's
+//   autoregressive greedy output at TP 1 token for token, in every verify
+//   mode (seed 000; invariants 3 and 7).
+//
+//   Plans: 16 concurrent sampled requests over >= 1000 decode steps with a
+//   cost table that makes the planner trim: every rank compares plan and
+//   estimator hashes every step and none differs (invariant 3), every rank
+//   ends with the same counters, and rank 0's tokens, counters and plans
+//   equal those of a TP 1 run of the same seeded workload (invariant 7).
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <condition_variable>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "comm/communicator.h"
+#include "comm/create_communicator.h"
+#include "comm/local_communicator.h"
+#include "comm/mpi_session.h"
+#include "gtest/gtest.h"
+#include "runtime/engine.h"
+#include "runtime/engine_test_util.h"
+#include "runtime/model_config.h"
+#include "runtime/random_model.h"
+
+namespace verdict {
+namespace {
+
+// Orchestration between ranks (barriers around rank 0's reference runs,
+// gathering counters). Separate from the engines' communicators.
+Communicator* g_control = nullptr;
+
+int Rank() { return g_control->rank(); }
+int World() { return g_control->world_size(); }
+
+const char* const kPrompts[] = {
+    "It is a truth universally acknowledged",
+    "Mr. Darcy was",
+    "Call me Ishmael.",
+    "In the beginning God created",
+    "She could not help",
+    "The carriage stopped at the door, and",
+    "My dear Miss Bennet,",
+    "Upon my word,",
+    "The whale",
+    "And it came to pass",
+    "Elizabeth",
+    "\"You are mistaken,\" said he,",
+    "It was a dark",
+    "The Martians",
+    "Captain Nemo",
+    "Pip",
+};
+constexpr int kNumPrompts = static_cast<int>(std::size(kPrompts));
+
+std::string VerifyModeTestName(VerifyMode mode) {
+  std::string name(VerifyModeName(mode));
+  name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
+  return name;
+}
+
+// The cores are shared by every rank of the job (CI has 2).
+int ThreadsPerRank(int ranks) {
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return std::max(1, cores / ranks);
+}
+
+// A cost table with a fixed cost per step plus a cost per verified row, so
+// that low-confidence drafts do not pay for their row: the planner trims, and
+// its plans change from step to step with the confidences.
+std::string WriteCostTable() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/engine_tp_cost_table_rank",
+                                        Rank(), ".json");
+  std::ofstream out(path);
+  // seconds = 0.010 + 0.0004 * M (+ a little per request), M = verify rows.
+  out << R"({"batch_sizes": [1, 16, 64],
+            "verify_tokens": [1, 16, 128, 512],
+            "seconds": [[0.0104, 0.0164, 0.0612, 0.2148],
+                        [0.0110, 0.0170, 0.0618, 0.2154],
+                        [0.0130, 0.0190, 0.0638, 0.2174]]})";
+  out.close();
+  EXPECT_TRUE(out.good()) << path;
+  return path;
+}
+
+std::unique_ptr<Engine> MakeEngine(Communicator* comm, EngineOptions options, bool speculation) {
+  options.speculation = speculation;
+  options.cpu_threads = ThreadsPerRank(comm->world_size() > 1 ? comm->world_size() : 1);
+  std::optional<ModelSource> draft;
+  if (speculation) draft = ModelSource{"models/draft"};
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(options, ModelSource{"models/target"}, draft, comm);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? *std::move(engine) : nullptr;
+}
+
+std::unique_ptr<Communicator> MakeMpiCommunicator() {
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateCommunicator(Backend::kMpi);
+  EXPECT_TRUE(comm.ok()) << comm.status();
+  if (!comm.ok()) return nullptr;
+  EXPECT_EQ((*comm)->world_size(), World());
+  return *std::move(comm);
+}
+
+// Runs `compute` on rank 0 while the other ranks wait for it.
+void OnRankZeroWhileOthersWait(const std::function<void()>& compute) {
+  if (Rank() == 0) compute();
+  const absl::Status s = g_control->Barrier();
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+// Submits every request before the loop starts: they all arrive in the
+// first step's control message, so the batches (and with them the plans,
+// which decide the sampled tokens in cap-accept and compact modes) do not
+// depend on how submission interleaves with the loop thread.
+class UpfrontCollector {
+ public:
+  absl::Status Submit(Engine& engine, GenerationRequest request) {
+    const std::string id = request.id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      outputs_[id] = CollectedOutput();
+      ++pending_;
+    }
+    return engine.Submit(std::move(request), [this, id](const GenerationEvent& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      CollectedOutput& out = outputs_[id];
+      ++out.events;
+      out.token_ids.insert(out.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
+      out.text += e.text;
+      out.usage = e.usage;
+      if (e.finished) {
+        ++out.finished_events;
+        out.finish_reason = e.finish_reason;
+        out.error = e.error;
+        --pending_;
+        cv_.notify_all();
+      }
+    });
+  }
+
+  // False if the requests are still running at `deadline`.
+  bool WaitAll(absl::Time deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_until(lock, absl::ToChronoTime(deadline), [this] { return pending_ == 0; });
+  }
+
+  CollectedOutput output(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return outputs_[id];
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, CollectedOutput> outputs_;
+  int pending_ = 0;
+};
+
+// ------------------------------------------------------------ greedy
+
+constexpr int kGreedyTokens = 48;
+
+std::vector<GenerationRequest> GreedyRequests(const Engine& engine) {
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < kNumPrompts; ++i) {
+    requests.push_back(
+        TextRequest(engine, absl::StrCat("g", i), kPrompts[i], kGreedyTokens, 0.0f, i));
+    requests.back().params.ignore_eos = true;
+  }
+  return requests;
+}
+
+class GreedyTpTest : public ::testing::TestWithParam<VerifyMode> {
+ protected:
+  // The target alone, autoregressive at TP 1: rank 0's reference.
+  static void SetUpTestSuite() {
+    reference_ = new std::vector<CollectedOutput>();
+    OnRankZeroWhileOthersWait([] {
+      LocalCommunicator local;
+      std::unique_ptr<Engine> engine = MakeEngine(&local, EngineOptions(), /*speculation=*/false);
+      ASSERT_NE(engine, nullptr);
+      EngineHarness harness(engine.get());
+      *reference_ = harness.GenerateAll(GreedyRequests(*engine));
+    });
+  }
+  static void TearDownTestSuite() { delete reference_; }
+
+  static std::vector<CollectedOutput>* reference_;
+};
+std::vector<CollectedOutput>* GreedyTpTest::reference_ = nullptr;
+
+TEST_P(GreedyTpTest, SpeculativeEqualsAutoregressiveAtTp1) {
+  if (Rank() == 0) {
+    ASSERT_EQ(reference_->size(), static_cast<size_t>(kNumPrompts));
+    for (const CollectedOutput& out : *reference_) {
+      ASSERT_EQ(out.token_ids.size(), static_cast<size_t>(kGreedyTokens)) << out.error;
+    }
+  }
+  std::unique_ptr<Communicator> comm = MakeMpiCommunicator();
+  ASSERT_NE(comm, nullptr);
+  EngineOptions options;
+  options.verify_mode = GetParam();
+  options.cost_table_path = WriteCostTable();
+  options.plan_check_interval = 1;
+  std::unique_ptr<Engine> engine = MakeEngine(comm.get(), options, /*speculation=*/true);
+  ASSERT_NE(engine, nullptr);
+  std::vector<CollectedOutput> outputs;
+  {
+    EngineHarness harness(engine.get());
+    // Rank 0 submits and waits; the other ranks return at once and wait in
+    // the harness's destructor for rank 0's shutdown.
+    outputs = harness.GenerateAll(GreedyRequests(*engine));
+  }
+  const EngineStats stats = engine->stats();
+  std::fprintf(stderr, "DEBUG rank %d steps %lld drafted %lld verified %lld accepted %lld\n", Rank(), (long long)stats.steps, (long long)stats.drafted, (long long)stats.verified, (long long)stats.accepted);
+  EXPECT_GT(stats.steps, 0);
+  EXPECT_EQ(stats.plan_checks, stats.steps);
+  EXPECT_EQ(stats.plan_mismatches, 0);
+  if (Rank() != 0) return;
+  ASSERT_EQ(outputs.size(), reference_->size());
+  int64_t accepted = 0;
+  for (int i = 0; i < kNumPrompts; ++i) {
+    EXPECT_EQ(outputs[i].token_ids, (*reference_)[i].token_ids) << "prompt " << kPrompts[i];
+    EXPECT_EQ(outputs[i].text, (*reference_)[i].text) << "prompt " << kPrompts[i];
+    EXPECT_EQ(outputs[i].finish_reason, FinishReason::kLength) << outputs[i].error;
+    accepted += outputs[i].usage.accepted_tokens;
+  }
+  // Speculation did its work: drafts were accepted, in fewer steps than tokens.
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(stats.steps, kGreedyTokens);
+  EXPECT_EQ(stats.generated, int64_t{kNumPrompts} * kGreedyTokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, GreedyTpTest,
+                         ::testing::Values(VerifyMode::kStatic, VerifyMode::kCapAccept,
+                                           VerifyMode::kCompact),
+                         [](const auto& info) { return VerifyModeTestName(info.param); });
+
+// ------------------------------------------------------------ plans
+
+// The plan comparison needs 1,000+ decode steps, which the bundled models
+// cannot run on CI's two cores in time (about 0.25 s a step at TP 2). A tiny
+// random pair runs a step in milliseconds through the same engine, planner,
+// estimator and collectives. The draft shares the target's weights at a
+// smaller scale: related distributions, so drafts are both accepted and
+// rejected and the draft's confidence predicts acceptance.
+constexpr int kTinyVocab = 128;
+constexpr int kPlanConcurrency = 16;
+constexpr int kPlanRequests = 40;
+constexpr int kMinPlanSteps = 1000;
+
+ModelConfig TinyConfig() {
+  ModelConfig config = TinyModelConfig(ModelFamily::kLlama);
+  config.num_heads = 8;  // divisible by TP 4, as are the KV heads
+  config.num_kv_heads = 4;
+  config.head_dim = 8;
+  config.vocab_size = kTinyVocab;
+  config.max_position_embeddings = 1024;
+  return config;
+}
+
+// Rank 0 writes the pair once into TEST_TMPDIR (every rank of the job sees
+// the same directory); returns the directory holding target/ and draft/.
+std::string WriteTinyPair() {
+  const char* base = std::getenv("TEST_TMPDIR");
+  const std::string dir =
+      absl::StrCat(base != nullptr ? base : "/tmp", "/engine_tp_tiny_np", World());
+  if (Rank() == 0) {
+    RandomModelOptions target;
+    target.seed = 23;
+    target.stddev = 0.6f;
+    RandomModelOptions draft = target;
+    draft.stddev = 0.45f;
+    EXPECT_TRUE(WriteRandomModel(dir + "/target", TinyConfig(), target).ok());
+    EXPECT_TRUE(WriteRandomModel(dir + "/draft", TinyConfig(), draft).ok());
+    for (const char* model : {"target", "draft"}) {
+      std::filesystem::copy_file("models/target/tokenizer.model",
+                                 dir + "/" + model + "/tokenizer.model",
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+  }
+  const absl::Status s = g_control->Barrier();
+  EXPECT_TRUE(s.ok()) << s;
+  return dir;
+}
+
+// The workload: kPlanRequests requests of varied lengths, at most 16
+// running at once, so that requests finish and join throughout and the
+// batch holds 16 requests for most of the run. Every fourth request is
+// greedy (its tokens must equal the target's autoregressive ones whatever
+// the plans); the others sample at temperature 1 with their own seeds.
+std::vector<GenerationRequest> PlanWorkload() {
+  std::mt19937 rng(5);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < kPlanRequests; ++i) {
+    GenerationRequest r;
+    r.id = absl::StrCat("p", i);
+    const int prompt_len = 3 + static_cast<int>(rng() % 12);
+    for (int k = 0; k < prompt_len; ++k) {
+      r.prompt_token_ids.push_back(3 + static_cast<int32_t>(rng() % (kTinyVocab - 3)));
+    }
+    r.params.max_tokens = 200 + 37 * (i % 9);
+    r.params.temperature = i % 4 == 0 ? 0.0f : 1.0f;
+    r.params.seed = 7919u * i + 13;
+    r.params.ignore_eos = true;
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+EngineOptions PlanOptions(VerifyMode mode, const std::string& cost_table) {
+  EngineOptions options;
+  options.verify_mode = mode;
+  options.cost_table_path = cost_table;
+  options.plan_check_interval = 1;
+  options.max_running_requests = kPlanConcurrency;
+  options.kv_cache_tokens = 16384;
+  return options;
+}
+
+struct PlanRun {
+  std::vector<CollectedOutput> outputs;  // rank 0, in workload order
+  EngineStats stats;
+  double seconds = 0;
+};
+
+// Runs the workload on `comm`; rank 0 submits and collects.
+PlanRun RunPlanWorkload(Communicator* comm, EngineOptions options, const std::string& dir,
+                        bool speculation) {
+  PlanRun run;
+  options.speculation = speculation;
+  options.cpu_threads = 1;  // tiny matrices: threads cost more than they save
+  std::optional<ModelSource> draft;
+  if (speculation) draft = ModelSource{dir + "/draft"};
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(options, ModelSource{dir + "/target"}, draft, comm);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return run;
+  const absl::Time start = absl::Now();
+  UpfrontCollector collector;
+  const std::vector<GenerationRequest> requests = PlanWorkload();
+  if (comm->rank() == 0) {
+    for (const GenerationRequest& r : requests) {
+      const absl::Status s = collector.Submit(**engine, r);
+      EXPECT_TRUE(s.ok()) << s;
+    }
+  }
+  {
+    EngineHarness harness(engine->get());
+    if (comm->rank() == 0) {
+      EXPECT_TRUE(collector.WaitAll(start + absl::Seconds(120)))
+          << "the workload did not finish in time";
+      for (const GenerationRequest& r : requests) run.outputs.push_back(collector.output(r.id));
+    }
+    // Leaving the scope shuts the loop down (rank 0) or follows rank 0's
+    // shutdown (the other ranks).
+  }
+  run.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  run.stats = (*engine)->stats();
+  return run;
+}
+
+class PlanTpTest : public ::testing::TestWithParam<VerifyMode> {};
+
+TEST_P(PlanTpTest, EveryRankPlansTheSameAndMatchesTp1) {
+  const std::string dir = WriteTinyPair();
+  const EngineOptions options = PlanOptions(GetParam(), WriteCostTable());
+  const std::vector<GenerationRequest> requests = PlanWorkload();
+
+  PlanRun reference, autoregressive;
+  OnRankZeroWhileOthersWait([&] {
+    LocalCommunicator local;
+    reference = RunPlanWorkload(&local, options, dir, /*speculation=*/true);
+    autoregressive = RunPlanWorkload(&local, options, dir, /*speculation=*/false);
+    std::fprintf(stderr, "TP 1: %lld steps in %.1fs; autoregressive %lld steps in %.1fs\n",
+                 static_cast<long long>(reference.stats.steps), reference.seconds,
+                 static_cast<long long>(autoregressive.stats.steps), autoregressive.seconds);
+  });
+
+  std::unique_ptr<Communicator> comm = MakeMpiCommunicator();
+  ASSERT_NE(comm, nullptr);
+  const PlanRun run = RunPlanWorkload(comm.get(), options, dir, /*speculation=*/true);
+  if (Rank() == 0) {
+    std::fprintf(stderr,
+                 "TP %d: %lld steps in %.1fs, %lld plan checks; drafted %lld, verified %lld, "
+                 "accepted %lld\n",
+                 World(), static_cast<long long>(run.stats.steps), run.seconds,
+                 static_cast<long long>(run.stats.plan_checks),
+                 static_cast<long long>(run.stats.drafted),
+                 static_cast<long long>(run.stats.verified),
+                 static_cast<long long>(run.stats.accepted));
+  }
+
+  // Every rank: the loop ran over enough steps, comparing its plan and
+  // estimator state with rank 0's at every step, without a mismatch.
+  EXPECT_GE(run.stats.steps, kMinPlanSteps);
+  EXPECT_GE(run.stats.plan_checks, kMinPlanSteps);
+  EXPECT_EQ(run.stats.plan_checks, run.stats.steps);
+  EXPECT_EQ(run.stats.plan_mismatches, 0);
+  // The planner trimmed, so the compared plans varied with the confidences
+  // rather than being the full block every step; it still verified drafts,
+  // and the target accepted some and rejected others.
+  EXPECT_LT(run.stats.verified, run.stats.drafted * 9 / 10);
+  EXPECT_GT(run.stats.verified, run.stats.drafted / 10);
+  EXPECT_GT(run.stats.accepted, run.stats.verified / 10);
+  EXPECT_LT(run.stats.accepted, run.stats.verified * 9 / 10);
+
+  // Every rank committed the same tokens through the same plans.
+  const int64_t mine[] = {run.stats.steps, run.stats.drafted, run.stats.verified,
+                          run.stats.accepted, run.stats.generated};
+  constexpr int kFields = static_cast<int>(std::size(mine));
+  std::vector<int64_t> all(static_cast<size_t>(kFields) * World());
+  const absl::Status gathered = g_control->AllGather(mine, all.data(), kFields, DataType::kInt64);
+  ASSERT_TRUE(gathered.ok()) << gathered;
+  for (int r = 1; r < World(); ++r) {
+    EXPECT_EQ(std::vector<int64_t>(all.begin() + r * kFields, all.begin() + (r + 1) * kFields),
+              std::vector<int64_t>(all.begin(), all.begin() + kFields))
+        << "rank " << r << " (steps, drafted, verified, accepted, generated) differ from rank 0's";
+  }
+
+  if (Rank() != 0) return;
+  // Same seeds, same output at any TP degree, through the same plans; the
+  // greedy requests equal the target's autoregressive output.
+  ASSERT_EQ(run.outputs.size(), requests.size());
+  ASSERT_EQ(reference.outputs.size(), requests.size());
+  ASSERT_EQ(autoregressive.outputs.size(), requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const CollectedOutput& got = run.outputs[i];
+    const CollectedOutput& want = reference.outputs[i];
+    EXPECT_EQ(got.finish_reason, FinishReason::kLength) << got.error;
+    EXPECT_EQ(got.token_ids.size(), static_cast<size_t>(requests[i].params.max_tokens))
+        << "request " << i;
+    EXPECT_EQ(got.token_ids, want.token_ids) << "request " << i;
+    EXPECT_EQ(got.usage.accepted_tokens, want.usage.accepted_tokens) << "request " << i;
+    EXPECT_EQ(got.usage.verify_steps, want.usage.verify_steps) << "request " << i;
+    if (requests[i].params.temperature == 0.0f) {
+      EXPECT_EQ(got.token_ids, autoregressive.outputs[i].token_ids) << "greedy request " << i;
+    }
+  }
+  EXPECT_EQ(run.stats.steps, reference.stats.steps);
+  EXPECT_EQ(run.stats.verified, reference.stats.verified);
+  EXPECT_EQ(run.stats.accepted, reference.stats.accepted);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, PlanTpTest,
+                         ::testing::Values(VerifyMode::kCapAccept, VerifyMode::kCompact),
+                         [](const auto& info) { return VerifyModeTestName(info.param); });
+
+// Reports each failure with the rank that saw it (only rank 0 prints the
+// usual summary).
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (result.failed()) {
+      std::fprintf(stderr, "rank %d: %s:%d: %s\n", rank_, result.file_name(),
+                   result.line_number(), result.summary());
+    }
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+}  // namespace verdict
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  // MPI stays up across the communicators the tests create and drop.
+  absl::StatusOr<std::shared_ptr<verdict::MpiSession>> session = verdict::MpiSession::Acquire();
+  if (!session.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(session.status().message()).c_str());
+    return 2;
+  }
+  // Long enough for rank 0's TP 1 reference runs, during which the other
+  // ranks wait in a barrier on this communicator.
+  verdict::CommOptions control_options;
+  control_options.timeout = absl::Seconds(240);
+  absl::StatusOr<std::unique_ptr<verdict::Communicator>> control =
+      verdict::CreateCommunicator(verdict::Backend::kMpi, control_options);
+  if (!control.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(control.status().message()).c_str());
+    return 2;
+  }
+  verdict::g_control = control->get();
+  const int rank = (*control)->rank();
+  testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
+  if (rank != 0) delete listeners.Release(listeners.default_result_printer());
+  listeners.Append(new verdict::RankFailurePrinter(rank));
+  const int failed = RUN_ALL_TESTS();
+  // A failure on any rank fails the job.
+  int32_t any_failed = failed != 0 ? 1 : 0;
+  if (!(*control)->AllReduceSum(&any_failed, &any_failed, 1, verdict::DataType::kInt32).ok()) {
+    return 3;
+  }
+  if (rank == 0) {
+    std::printf("engine tp test: %d ranks, %s\n", (*control)->world_size(),
+                any_failed == 0 ? "all passed" : "FAILED");
+  }
+  return any_failed == 0 ? 0 : 1;
+}

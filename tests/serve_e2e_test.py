@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""End-to-end test of `verdict serve` on the bundled model (CPU backend).
+
+Starts the real server, then:
+  1. runs tests/openai_client_test.py (the official openai client: models,
+     completions, chat, streaming, 32 concurrent clients, malformed requests);
+  2. disconnects a client mid-stream and checks, through /metrics, that the
+     request was cancelled and nothing is left running;
+  3. checks that the request and token counters of /metrics equal what the
+     clients saw;
+  4. sends SIGTERM while a long request streams and checks that the server
+     drains and exits 0.
+
+    serve_e2e_test.py VERDICT_BINARY OPENAI_CLIENT_TEST
+"""
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metrics(port):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    values = {}
+    for line in text.splitlines():
+        m = re.match(r'^(verdict_[a-z_]+(?:\{[^}]*\})?) ([0-9.e+-]+)$', line)
+        if m:
+            values[m.group(1)] = float(m.group(2))
+    return values
+
+
+def post(port, path, body):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    return response.status, json.loads(response.read())
+
+
+def wait_healthy(port, proc, seconds=60):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited early with {proc.returncode}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/health")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError("server did not become healthy")
+
+
+def expect(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def main():
+    binary, client_test = sys.argv[1], sys.argv[2]
+    port, metrics_port = free_port(), free_port()
+    log = open(os.path.join(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", "/tmp"),
+                            "serve.log"), "w")
+    proc = subprocess.Popen(
+        [binary, "serve", f"--port={port}", f"--metrics-port={metrics_port}",
+         "--drain-seconds=20", "--cpu-threads=2", "--max-running-requests=64"],
+        stdout=log, stderr=subprocess.STDOUT)
+    failures = 0
+    try:
+        wait_healthy(port, proc)
+        before = metrics(metrics_port)
+
+        # 1. The official client.
+        result = subprocess.run(
+            [sys.executable, client_test, f"--base-url=http://127.0.0.1:{port}/v1",
+             "--clients=32", "--max-tokens=12"], capture_output=True, text=True, timeout=600)
+        print(result.stdout, end="")
+        print(result.stderr, end="", file=sys.stderr)
+        if result.returncode != 0:
+            failures += 1
+            print("FAIL openai client test")
+
+        # 2. A client that hangs up mid-stream cancels its request.
+        cancelled_before = metrics(metrics_port).get(
+            'verdict_requests_total{outcome="cancelled"}', 0)
+        sock = socket.create_connection(("127.0.0.1", port))
+        body = json.dumps({"model": "verdict-default", "prompt": "It was a dark",
+                           "max_tokens": 900, "stream": True, "ignore_eos": True})
+        sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                      f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                      f"{body}").encode())
+        received = b""
+        while received.count(b"data:") < 3:
+            received += sock.recv(4096)
+        sock.close()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            m = metrics(metrics_port)
+            if (m.get('verdict_requests_total{outcome="cancelled"}', 0) == cancelled_before + 1
+                    and m.get("verdict_running_requests", 1) == 0):
+                break
+            time.sleep(0.2)
+        if m.get('verdict_requests_total{outcome="cancelled"}', 0) == cancelled_before + 1 \
+                and m.get("verdict_running_requests", 1) == 0:
+            print("PASS disconnect mid-stream cancels the request and frees it")
+        else:
+            failures += 1
+            cancelled = m.get('verdict_requests_total{outcome="cancelled"}')
+            print("FAIL disconnect mid-stream did not cancel the request: "
+                  f"cancelled {cancelled}, running {m.get('verdict_running_requests')}")
+
+        # 3. The server's counters agree with what clients saw.
+        seen_requests, seen_tokens = 0, 0
+        for i in range(5):
+            status, answer = post(port, "/v1/completions", {
+                "model": "verdict-default", "prompt": f"Chapter {i}", "max_tokens": 7 + i,
+                "temperature": 0})
+            expect(status == 200, f"status {status}")
+            seen_requests += 1
+            seen_tokens += answer["usage"]["completion_tokens"]
+        m0 = m
+        m1 = metrics(metrics_port)
+        finished = lambda mm: sum(v for k, v in mm.items() if k.startswith("verdict_requests_total"))
+        if finished(m1) - finished(m0) != seen_requests or \
+                m1["verdict_generated_tokens_total"] - m0["verdict_generated_tokens_total"] != seen_tokens:
+            failures += 1
+            print(f"FAIL metrics disagree with clients: {finished(m1) - finished(m0)} requests, "
+                  f"{m1['verdict_generated_tokens_total'] - m0['verdict_generated_tokens_total']} "
+                  f"tokens; clients saw {seen_requests} and {seen_tokens}")
+        else:
+            print(f"PASS metrics count {seen_requests} requests and {seen_tokens} tokens")
+
+        # 4. SIGTERM drains: a streaming request finishes, then exit 0.
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("POST", "/v1/completions", json.dumps({
+            "model": "verdict-default", "prompt": "The whale", "max_tokens": 64,
+            "stream": True, "ignore_eos": True}), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        first = response.readline()
+        proc.send_signal(signal.SIGTERM)
+        rest = response.read().decode()
+        expect(first.startswith(b"data:"), f"unexpected first line {first!r}")
+        expect('"finish_reason":"length"' in rest and "[DONE]" in rest,
+               "the in-flight stream did not finish during the drain")
+        code = proc.wait(timeout=60)
+        expect(code == 0, f"exit code {code} after SIGTERM")
+        print("PASS SIGTERM drains the in-flight request and exits 0")
+    except Exception as e:  # report, then fail
+        failures += 1
+        print(f"FAIL {type(e).__name__}: {e}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+    print("e2e:", "FAILED" if failures else "PASSED")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
