@@ -223,7 +223,8 @@ void OnlineAcceptanceEstimator::Refit(int k) {
     if (!(det > 0)) break;
     const double dw = (cur.hbb * cur.gw - cur.hwb * cur.gb) / det;
     const double db = (cur.hww * cur.gb - cur.hwb * cur.gw) / det;
-    // Newton decrement: half of it bounds the distance to the optimum's loss.
+    // Newton decrement: half of it estimates how far the loss is above its
+    // minimum.
     const double decrement = cur.gw * dw + cur.gb * db;
     if (!(decrement >= 0) || !std::isfinite(decrement)) break;
     if (decrement < 1e-14 * (1.0 + std::fabs(cur.loss))) {
