@@ -4,9 +4,22 @@
 #   deploy/launch.sh --tp N [--hostfile FILE] [--binary PATH] [--dry-run] -- [verdict serve flags]
 #
 # Ranks map to GPUs by their local rank on each node (rank r on a node uses
-# GPU r); with a hostfile, give each node `slots=<GPUs per node>`. The
-# environment every rank gets is exported explicitly with -x so that remote
-# nodes see it too. NCCL_NVLS_ENABLE=0 keeps NVLink multicast off.
+# GPU r); with a hostfile, give each node `slots=<GPUs per node>`
+# (deploy/hostfiles/ has examples). --map-by slot fills each node's slots
+# before the next node, so one node's ranks are contiguous and rank 0 runs on
+# the first host. Inside a Slurm allocation, leave --hostfile out: Open MPI
+# takes the hosts from the allocation. The environment every rank gets is
+# exported explicitly with -x so that remote nodes see it too.
+# NCCL_NVLS_ENABLE=0 keeps NVLink multicast off.
+#
+# Stopping: send SIGTERM (or Ctrl-C) to this script. The ranks drain
+# in-flight requests (verdict serve --drain-seconds) and exit 0. mpirun
+# itself must not get the signal: it answers SIGTERM and SIGINT by killing
+# the job one second later (Open MPI's odls_base_sigkill_timeout), which
+# cuts the drain short. So mpirun runs in a session of its own and this
+# script passes the signal to the ranks mpirun started on this node; one
+# rank's signal drains every rank. If no rank runs here, or on a second
+# signal, mpirun gets it and ends the job at once.
 set -euo pipefail
 
 tp=1
@@ -32,12 +45,8 @@ export NCCL_NVLS_ENABLE=0
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export NVSHMEM_DISABLE_NVLS=1
 
-cmd=(mpirun -np "$tp" --bind-to none)
-if [[ -n "$hostfile" ]]; then
-  # --map-by slot fills each node's slots before the next node, so one
-  # node's ranks are contiguous and the local rank picks the GPU.
-  cmd+=(--hostfile "$hostfile" --map-by slot)
-fi
+cmd=(mpirun -np "$tp" --bind-to none --map-by slot)
+if [[ -n "$hostfile" ]]; then cmd+=(--hostfile "$hostfile"); fi
 if [[ $(id -u) -eq 0 ]]; then cmd+=(--allow-run-as-root); fi
 for var in NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS \
            NCCL_DEBUG NCCL_SOCKET_IFNAME NCCL_IB_HCA CUDA_VISIBLE_DEVICES; do
@@ -50,4 +59,51 @@ if ((dry_run)); then
   echo
   exit 0
 fi
-exec "${cmd[@]}"
+
+# A background job of a non-interactive shell is not a process group
+# leader, so setsid runs mpirun in place: $! is mpirun's pid.
+setsid "${cmd[@]}" &
+mpirun_pid=$!
+
+# The processes whose parent is mpirun: the ranks on this node.
+local_ranks() {
+  local stat pid rest ppid
+  for stat in /proc/[0-9]*/stat; do
+    # Fields after the command (which may hold spaces): state, then ppid.
+    { read -r line < "$stat"; } 2>/dev/null || continue
+    pid=${stat#/proc/}; pid=${pid%/stat}
+    rest=${line##*) }
+    read -r _ ppid _ <<< "$rest"
+    if [[ "$ppid" == "$mpirun_pid" ]]; then echo "$pid"; fi
+  done
+}
+
+signals=0
+stop() {
+  local ranks
+  signals=$((signals + 1))
+  ranks=$(local_ranks)
+  if ((signals > 1)); then
+    # A second signal: stop now, through mpirun.
+    echo "launch.sh: stopping the job now" >&2
+    kill -TERM "$mpirun_pid" 2>/dev/null || true
+  elif [[ -n "$ranks" ]]; then
+    echo "launch.sh: asking the ranks to drain (SIGTERM to $(echo $ranks))" >&2
+    # shellcheck disable=SC2086
+    kill -TERM $ranks 2>/dev/null || true
+  else
+    kill -TERM "$mpirun_pid" 2>/dev/null || true
+  fi
+}
+trap stop TERM INT HUP
+
+# wait returns early when a trapped signal arrives; keep waiting for mpirun.
+status=0
+while true; do
+  set +e
+  wait "$mpirun_pid"
+  status=$?
+  set -e
+  kill -0 "$mpirun_pid" 2>/dev/null || break
+done
+exit "$status"

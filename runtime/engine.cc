@@ -54,7 +54,11 @@ struct Engine::Request {
 };
 
 Engine::Engine(const EngineOptions& options, Communicator* comm)
-    : options_(options), comm_(comm), gamma_(options.num_draft_tokens), seed_rng_(options.seed) {}
+    : options_(options),
+      collective_timer_(std::make_unique<TimedCommunicator>(comm)),
+      comm_(collective_timer_.get()),
+      gamma_(options.num_draft_tokens),
+      seed_rng_(options.seed) {}
 
 Engine::~Engine() = default;
 
@@ -107,13 +111,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   // Every position a verify step may write past the committed tokens.
   const int slots = speculative ? options.num_draft_tokens + 1 : 1;
 
-  absl::StatusOr<Model> target_model = LoadModel(target, options, slots, comm);
+  // The models' collectives go through the engine's timer too (TP metrics).
+  absl::StatusOr<Model> target_model = LoadModel(target, options, slots, engine->comm_);
   if (!target_model.ok()) return target_model.status();
   engine->target_model_ = *std::move(target_model);
   engine->target_ = engine->target_model_.runner.get();
   const ModelConfig& tc = engine->target_model_.config;
   if (speculative) {
-    absl::StatusOr<Model> draft_model = LoadModel(*draft, options, slots, comm);
+    absl::StatusOr<Model> draft_model = LoadModel(*draft, options, slots, engine->comm_);
     if (!draft_model.ok()) return draft_model.status();
     if (draft_model->config.vocab_size != tc.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -211,6 +216,7 @@ absl::Status Engine::Submit(GenerationRequest request, GenerationCallback on_eve
     return absl::InvalidArgumentError(absl::StrCat("request id ", request.id, " is in use"));
   }
   if (in_flight_ >= options_.max_waiting_requests + options_.max_running_requests) {
+    if (metrics_ != nullptr) metrics_->RecordRequestRejected();  // queue saturation
     return absl::ResourceExhaustedError("the request queue is full");
   }
   if (!request.params.seed.has_value()) request.params.seed = seed_rng_();
@@ -264,11 +270,28 @@ StepControl Engine::CollectControl() {
 // ------------------------------------------------------------ the loop
 
 absl::Status Engine::Run() {
+  // An error ends the loop for good. Every request still held (running,
+  // waiting, or submitted and not yet broadcast) ends with the error and
+  // rank 0 refuses new ones: otherwise their clients would wait forever for
+  // tokens no loop will produce.
+  auto fail = [this](const absl::Status& error) {
+    StepControl late;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      draining_ = true;
+      late = std::move(pending_);
+      pending_ = StepControl();
+    }
+    ApplyControl(std::move(late));
+    while (!running_.empty()) Finish(*running_.front(), FinishReason::kError, error.ToString());
+    while (!waiting_.empty()) Finish(*waiting_.front(), FinishReason::kError, error.ToString());
+    return error;
+  };
   while (true) {
     if (comm_->world_size() > 1) {
       int32_t drain = drain_requested_local_.load() ? 1 : 0;
       if (absl::Status s = comm_->AllReduceSum(&drain, &drain, 1, DataType::kInt32); !s.ok()) {
-        return s;
+        return fail(s);
       }
       if (drain > 0) drain_requested_any_.store(true);
     } else if (drain_requested_local_.load()) {
@@ -276,7 +299,7 @@ absl::Status Engine::Run() {
     }
     StepControl control;
     if (comm_->rank() == 0) control = CollectControl();
-    if (absl::Status s = BroadcastStepControl(*comm_, &control); !s.ok()) return s;
+    if (absl::Status s = BroadcastStepControl(*comm_, &control); !s.ok()) return fail(s);
     const bool shutdown = control.shutdown;
     ApplyControl(std::move(control));
     if (shutdown) {
@@ -286,11 +309,8 @@ absl::Status Engine::Run() {
     }
     Admit();
     absl::Status step = running_.empty() ? absl::OkStatus() : Step();
-    if (!step.ok()) {
-      // A failed step leaves the batch in an unknown state: fail its requests.
-      while (!running_.empty()) Finish(*running_.front(), FinishReason::kError, step.ToString());
-      return step;
-    }
+    // A failed step leaves the batch in an unknown state: fail its requests.
+    if (!step.ok()) return fail(step);
     UpdateGauges();
   }
 }
@@ -465,22 +485,45 @@ absl::Status Engine::ProposeDrafts(const std::vector<Request*>& batch,
 absl::Status Engine::CheckPlanAcrossRanks(const VerifyPlan& plan) {
   const int world = comm_->world_size();
   if (world == 1) return absl::OkStatus();
-  ++stats_.plan_checks;
-  const int64_t mine[2] = {static_cast<int64_t>(PlanHash(plan)),
-                           static_cast<int64_t>(estimator_->StateHash())};
-  std::vector<int64_t> all(2 * world);
-  if (absl::Status s = comm_->AllGather(mine, all.data(), 2, DataType::kInt64); !s.ok()) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // stats() reads from other threads
+    ++stats_.plan_checks;
+  }
+  // Words 0-1 are the hashes the check compares. Words 2-4 carry this rank's
+  // cumulative figures for the TP metrics (decode steps completed before
+  // this one, verify and in-step collective nanoseconds), so that rank 0
+  // reports every rank without a collective of their own.
+  constexpr int kWords = 5;
+  const int64_t mine[kWords] = {static_cast<int64_t>(PlanHash(plan)),
+                                static_cast<int64_t>(estimator_->StateHash()),
+                                stats_.steps - 1, verify_nanoseconds_,
+                                step_collective_nanoseconds_};
+  std::vector<int64_t> all(kWords * world);
+  if (absl::Status s = comm_->AllGather(mine, all.data(), kWords, DataType::kInt64); !s.ok()) {
     return s;
   }
-  for (int r = 1; r < world; ++r) {
-    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1]) {
-      ++stats_.plan_mismatches;
-      return absl::InternalError(absl::StrCat(
-          "step ", stats_.steps, ": rank ", r, " planned differently from rank 0 (plan hash ",
-          all[2 * r], " vs ", all[0], ", estimator hash ", all[2 * r + 1], " vs ", all[1],
-          "); this rank's verify lengths: [", absl::StrJoin(plan.verify_lens, ","), "]"));
+  if (metrics_ != nullptr) {
+    for (int r = 0; r < world; ++r) {
+      const int64_t* figures = all.data() + kWords * r;
+      metrics_->RecordRankFigures(
+          r, RankFigures{figures[2], figures[3] * 1e-9, figures[4] * 1e-9});
     }
   }
+  for (int r = 1; r < world; ++r) {
+    if (all[kWords * r] != all[0] || all[kWords * r + 1] != all[1]) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.plan_mismatches;
+      }
+      if (metrics_ != nullptr) metrics_->RecordPlanCheck(/*mismatch=*/true);
+      return absl::InternalError(absl::StrCat(
+          "step ", stats_.steps, ": rank ", r, " planned differently from rank 0 (plan hash ",
+          all[kWords * r], " vs ", all[0], ", estimator hash ", all[kWords * r + 1], " vs ",
+          all[1], "); this rank's verify lengths: [", absl::StrJoin(plan.verify_lens, ","),
+          "]"));
+    }
+  }
+  if (metrics_ != nullptr) metrics_->RecordPlanCheck(/*mismatch=*/false);
   return absl::OkStatus();
 }
 
@@ -490,7 +533,13 @@ absl::Status Engine::Step() {
   const int b = static_cast<int>(batch.size());
   const int g = gamma_;
   const int vocab = target_model_.config.vocab_size;
-  ++stats_.steps;
+  {
+    // Only this thread writes stats_; stats() copies it from other threads
+    // under mu_, so every write holds mu_ (reads here need not).
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.steps;
+  }
+  const int64_t collective_start = collective_timer_->nanoseconds();  // metrics
 
   std::vector<bool> spec(b);
   bool any_spec = false;
@@ -585,6 +634,9 @@ absl::Status Engine::Step() {
     offset += seqlen[i];
   }
   std::vector<float> logits(static_cast<size_t>(total_q) * vocab);
+  // Metrics: the measured verify time (target forward + sampler), what the
+  // cost table predicts.
+  const absl::Time verify_start = absl::Now();
   if (absl::Status s = target_->Forward(fb, logits.data()); !s.ok()) return s;
 
   // 4. The fused sampler: acceptance, residual or bonus, accepted prefix.
@@ -629,6 +681,7 @@ absl::Status Engine::Step() {
   out.num_generated_tokens = generated_counts.data();
   out.num_verified_tokens = verified_counts.data();
   if (absl::Status s = VerifySampleCpu(in, &out); !s.ok()) return s;
+  const int64_t verify_ns = absl::ToInt64Nanoseconds(absl::Now() - verify_start);  // metrics
 
   // 5. Commit, observe, finish.
   std::vector<VerifyObservation> observations;
@@ -650,10 +703,13 @@ absl::Status Engine::Step() {
       r.usage.draft_tokens += g;
       r.usage.accepted_tokens += accepted;
       ++r.usage.verify_steps;
-      stats_.drafted += g;
-      stats_.verified += drafts_verified;
-      stats_.accepted += accepted;
-      ++stats_.spec_steps;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.drafted += g;
+        stats_.verified += drafts_verified;
+        stats_.accepted += accepted;
+        ++stats_.spec_steps;
+      }
       VerifyObservation o;
       o.request_id = r.order;
       o.draft_signals = absl::MakeConstSpan(signals.data() + static_cast<int64_t>(i) * g, g);
@@ -666,15 +722,18 @@ absl::Status Engine::Step() {
     r.target_valid = n_before + accepted;
     if (Commit(r, tokens, logprobs)) finished.push_back(&r);
   }
-  stats_.last_verify_lens = verify_lens;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.last_verify_lens = verify_lens;
+  }
+  // Metrics: this rank's running figures (every rank; sent with the plan
+  // check), then rank 0's report of the step.
+  const int64_t step_collective_ns = collective_timer_->nanoseconds() - collective_start;
+  verify_nanoseconds_ += verify_ns;
+  step_collective_nanoseconds_ += step_collective_ns;
   if (metrics_ != nullptr) {
-    int proposed = 0, verified_drafts = 0, accepted_drafts = 0;
-    for (const VerifyObservation& o : observations) {
-      proposed += g;
-      verified_drafts += o.num_verified_drafts;
-      accepted_drafts += o.accepted_drafts;
-    }
-    metrics_->RecordSpeculativeStep(proposed, verified_drafts, accepted_drafts);
+    RecordStepMetrics(batch, spec, verify_lens, confidences, last_valid, total_q,
+                      verify_ns * 1e-9, step_collective_ns * 1e-9);
   }
   if (!observations.empty()) {
     if (absl::Status s = estimator_->Observe(observations); !s.ok()) return s;
@@ -689,6 +748,71 @@ void Engine::UpdateGauges() {
   const KvCache& kv = *target_model_.kv;
   metrics_->SetKvCacheUsage(1.0 - static_cast<double>(kv.free_blocks()) /
                                       std::max(1, kv.config().num_blocks));
+  // Every rank took part in this iteration's collectives (the drain
+  // all-reduce), so every rank is up.
+  metrics_->SetRanksUp(comm_->world_size());
+  std::vector<EstimatorPositionState> positions(gamma_);
+  for (int k = 0; k < gamma_; ++k) {
+    const OnlineAcceptanceEstimator::Position& p = estimator_->position(k);
+    positions[k] = EstimatorPositionState{p.fitted, p.slope, p.intercept, p.observations,
+                                          p.refits};
+  }
+  metrics_->RecordEstimator(estimator_->ready(), positions);
+}
+
+void Engine::set_metrics(ServingMetrics* metrics) {
+  metrics_ = metrics;
+  if (metrics_ == nullptr) return;
+  EngineInfo info;
+  info.verify_mode = std::string(VerifyModeName(options_.verify_mode));
+  info.num_draft_tokens = gamma_;
+  info.world_size = comm_->world_size();
+  info.max_running_requests = options_.max_running_requests;
+  info.max_waiting_requests = options_.max_waiting_requests;
+  for (PlanReason reason :
+       {PlanReason::kPlanned, PlanReason::kPinnedBudget, PlanReason::kStaticMode,
+        PlanReason::kNoCostTable, PlanReason::kConfidencePrior, PlanReason::kSmallBatch,
+        PlanReason::kEmptyBatch}) {
+    info.plan_reasons.emplace_back(PlanReasonName(reason));
+  }
+  metrics_->Configure(info);
+}
+
+void Engine::RecordStepMetrics(const std::vector<Request*>& batch, const std::vector<bool>& spec,
+                               const std::vector<int32_t>& verify_lens,
+                               const std::vector<double>& confidences,
+                               const std::vector<int32_t>& accepted, int64_t verify_tokens,
+                               double verify_seconds, double collective_seconds) {
+  const int g = gamma_;
+  std::vector<DraftOutcome> drafts;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!spec[i]) continue;
+    const int verified = verify_lens[i] - 1;
+    drafts.push_back(DraftOutcome{g, verified, accepted[i]});
+    // Draft j's confidence is the chance of its acceptance given drafts
+    // 0..j-1 accepted, so its outcomes are the accepted prefix and the first
+    // rejected draft; later drafts say nothing about theirs. Only fitted
+    // positions count: an unfitted one scores its prior, not a prediction.
+    for (int j = 0; j < verified && j <= accepted[i]; ++j) {
+      if (!estimator_->position(j).fitted) continue;
+      metrics_->RecordCalibration(j, confidences[i * g + j], j < accepted[i]);
+    }
+  }
+  StepRecord record;
+  record.plan_reason = PlanReasonName(plan_.reason);
+  record.planned_budget = plan_.budget;
+  record.full_block_drafts = static_cast<int64_t>(drafts.size()) * g;
+  record.verify_tokens = verify_tokens;
+  record.verify_seconds = verify_seconds;
+  record.predicted_seconds = plan_.predicted_step_seconds;
+  record.collective_seconds = collective_seconds;
+  record.drafts = drafts;
+  metrics_->RecordStep(record);
+  if (comm_->world_size() == 1) {
+    // No plan check gathers figures in a world of one: report them directly.
+    metrics_->RecordRankFigures(0, RankFigures{stats_.steps, verify_nanoseconds_ * 1e-9,
+                                               step_collective_nanoseconds_ * 1e-9});
+  }
 }
 
 bool Engine::Commit(Request& r, const std::vector<int32_t>& tokens,
@@ -698,7 +822,10 @@ bool Engine::Commit(Request& r, const std::vector<int32_t>& tokens,
   StopReason reason = StopReason::kNone;
   for (size_t k = 0; k < tokens.size() && reason == StopReason::kNone; ++k) {
     r.tokens.push_back(tokens[k]);
-    ++stats_.generated;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.generated;
+    }
     ++r.usage.completion_tokens;
     absl::StatusOr<std::string> text = r.detokenizer->Append(tokens[k]);
     reason = r.stop->Append(tokens[k], text.ok() ? *text : std::string());
@@ -752,6 +879,11 @@ void Engine::Emit(Request& r, std::vector<int32_t> tokens, std::vector<float> lo
       if (reason == FinishReason::kCancelled) outcome = RequestOutcome::kCancelled;
       metrics_->RecordRequestFinished(outcome, r.usage.prompt_tokens, r.usage.completion_tokens,
                                       absl::ToDoubleSeconds(now - r.arrival));
+      if (r.usage.verify_steps > 0) {
+        metrics_->RecordRequestAcceptanceLength(
+            static_cast<double>(r.usage.accepted_tokens + r.usage.verify_steps) /
+            r.usage.verify_steps);
+      }
     }
   }
   GenerationCallback callback;

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "comm/communicator.h"
+#include "monitoring/collective_timer.h"
 #include "monitoring/metrics.h"
 #include "runtime/generation.h"
 #include "runtime/kv_cache.h"
@@ -108,8 +109,9 @@ class Engine : public GenerationService {
   // Rank 0: true once any rank asked for a drain.
   bool drain_requested() const { return drain_requested_any_.load(); }
 
-  // Rank 0: where serving metrics go; optional (null: none). Set before Run.
-  void set_metrics(ServingMetrics* metrics) { metrics_ = metrics; }
+  // Rank 0: where serving metrics go; optional (null: none). Set before Run;
+  // configures `metrics` with the engine's mode, gamma and TP degree.
+  void set_metrics(ServingMetrics* metrics);
 
   bool ready() const { return true; }
   int rank() const { return comm_->rank(); }
@@ -153,7 +155,19 @@ class Engine : public GenerationService {
   void Emit(Request& request, std::vector<int32_t> tokens, std::vector<float> logprobs,
             bool finished, FinishReason reason, const std::string& error);
 
+  // Metrics only (rank 0 with metrics set): one decode step's figures.
+  // Called before the estimator folds the step, so that its state is the one
+  // that scored `confidences`.
+  void RecordStepMetrics(const std::vector<Request*>& batch, const std::vector<bool>& spec,
+                         const std::vector<int32_t>& verify_lens,
+                         const std::vector<double>& confidences,
+                         const std::vector<int32_t>& accepted, int64_t verify_tokens,
+                         double verify_seconds, double collective_seconds);
+
   const EngineOptions options_;
+  // Every collective of the engine and its models goes through this timer
+  // (for the TP metrics); comm_ points at it.
+  std::unique_ptr<TimedCommunicator> collective_timer_;
   Communicator* comm_;
   ServingMetrics* metrics_ = nullptr;
   std::atomic<bool> drain_requested_local_{false};
@@ -173,6 +187,10 @@ class Engine : public GenerationService {
   int64_t next_order_ = 0;
   VerifyPlan plan_;
   EngineStats stats_;
+  // This rank's cumulative figures for the TP metrics, sent to rank 0 with
+  // the plan check. Never read by the loop's decisions.
+  int64_t verify_nanoseconds_ = 0;
+  int64_t step_collective_nanoseconds_ = 0;
 
   // Rank 0's client side, guarded by mu_.
   mutable std::mutex mu_;

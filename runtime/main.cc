@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/verify_case.h"
+#include "runtime/bench_command.h"
 #include "runtime/command_line.h"
 #include "runtime/generate_command.h"
 #include "runtime/serve_command.h"
@@ -41,6 +42,8 @@ const Command kCommands[] = {
      &RunGenerateCommand},
     {"sample", "replay one sampler step from a JSON case (--case, --trials)", &RunSampleCommand},
     {"plan", "print the verify plan for one step (--cost-table, --input, --mode)", &RunPlanCommand},
+    {"bench", "load-test a running server over a concurrency sweep (--bench-url)",
+     &RunBenchCommand},
 };
 
 int RunHelp(absl::Span<char* const>) {

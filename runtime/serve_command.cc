@@ -105,7 +105,12 @@ int RunServeCommand(absl::Span<char* const> positional) {
   }
 
   absl::Status run_status;
-  std::thread loop([&] { run_status = engine.Run(); });
+  std::thread loop([&] {
+    run_status = engine.Run();
+    // Metrics: a loop that stopped on an error serves nothing, whatever the
+    // ranks' processes are doing.
+    if (!run_status.ok()) metrics.SetRanksUp(0);
+  });
 
   const std::string model_dir = TargetModelDirFromFlags();
   std::string name = absl::GetFlag(FLAGS_served_model_name);

@@ -6,16 +6,26 @@
 // engine's own collectives keep the default 30 s, which a reference run on
 // rank 0 alone could exceed).
 //
-//   Greedy: at temperature 0, speculative output at TP N equals the target's
-//   autoregressive greedy output at TP 1 token for token, in every verify
-//   mode (seed 000; invariants 3 and 7).
+//   GreedyTpTest (bundled models): at temperature 0, speculative output at
+//   TP N equals the target's autoregressive output at TP 1 token for token,
+//   in every verify mode (seed 000; invariants 3 and 7).
 //
-//   Plans: 16 concurrent sampled requests over >= 1000 decode steps with a
-//   cost table that makes the planner trim: every rank compares plan and
-//   estimator hashes every step and none differs (invariant 3), every rank
-//   ends with the same counters, and rank 0's tokens, counters and plans
-//   equal those of a TP 1 run of the same seeded workload (invariant 7).
+//   SampledTpTest (bundled models): seeded sampled requests produce at TP N
+//   the tokens they produce at TP 1 (invariant 7).
+//
+//   PlanTpTest (a tiny random pair): 16 concurrent requests over 1,000+
+//   decode steps with a cost table that makes the planner trim. Every rank
+//   compares its plan and estimator hashes with rank 0's at every step and
+//   none differs (invariant 3); every rank ends with the same counters; rank
+//   0's tokens, per-request acceptance and totals equal those of a TP 1 run
+//   of the same seeded workload (invariant 7), and its greedy requests equal
+//   the target's autoregressive output (seed 000).
+//
+//   PlanDivergenceTpTest (the tiny pair): a rank whose plans differ is caught
+//   at the first step, and every request, running or waiting, ends with the
+//   error naming that rank instead of hanging (invariant 3).
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -25,8 +35,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
-#include <condition_variable>
 #include <string>
 #include <thread>
 #include <vector>
@@ -88,17 +98,21 @@ int ThreadsPerRank(int ranks) {
 
 // A cost table with a fixed cost per step plus a cost per verified row, so
 // that low-confidence drafts do not pay for their row: the planner trims, and
-// its plans change from step to step with the confidences.
-std::string WriteCostTable() {
+// its plans change from step to step with the confidences. `nudged` raises
+// the cell at (16 requests, 16 rows) by 0.1 ms: a rank that loads that table
+// plans differently from one that does not.
+std::string WriteCostTable(bool nudged = false) {
   const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/engine_tp_cost_table_rank",
-                                        Rank(), ".json");
+  const std::string path =
+      absl::StrCat(dir != nullptr ? dir : "/tmp", "/engine_tp_cost_table_rank", Rank(),
+                   nudged ? "_nudged" : "", ".json");
   std::ofstream out(path);
   // seconds = 0.010 + 0.0004 * M (+ a little per request), M = verify rows.
   out << R"({"batch_sizes": [1, 16, 64],
             "verify_tokens": [1, 16, 128, 512],
             "seconds": [[0.0104, 0.0164, 0.0612, 0.2148],
-                        [0.0110, 0.0170, 0.0618, 0.2154],
+                        [0.0110, )"
+      << (nudged ? "0.0171" : "0.0170") << R"(, 0.0618, 0.2154],
                         [0.0130, 0.0190, 0.0638, 0.2174]]})";
   out.close();
   EXPECT_TRUE(out.good()) << path;
@@ -107,7 +121,7 @@ std::string WriteCostTable() {
 
 std::unique_ptr<Engine> MakeEngine(Communicator* comm, EngineOptions options, bool speculation) {
   options.speculation = speculation;
-  options.cpu_threads = ThreadsPerRank(comm->world_size() > 1 ? comm->world_size() : 1);
+  options.cpu_threads = ThreadsPerRank(comm->world_size());
   std::optional<ModelSource> draft;
   if (speculation) draft = ModelSource{"models/draft"};
   absl::StatusOr<std::unique_ptr<Engine>> engine =
@@ -144,7 +158,7 @@ class UpfrontCollector {
       outputs_[id] = CollectedOutput();
       ++pending_;
     }
-    return engine.Submit(std::move(request), [this, id](const GenerationEvent& e) {
+    absl::Status s = engine.Submit(std::move(request), [this, id](const GenerationEvent& e) {
       std::lock_guard<std::mutex> lock(mu_);
       CollectedOutput& out = outputs_[id];
       ++out.events;
@@ -159,6 +173,11 @@ class UpfrontCollector {
         cv_.notify_all();
       }
     });
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      --pending_;
+    }
+    return s;
   }
 
   // False if the requests are still running at `deadline`.
@@ -179,6 +198,31 @@ class UpfrontCollector {
   int pending_ = 0;
 };
 
+// Every rank calls it: runs the loop through an EngineHarness until rank 0's
+// requests (all submitted up front) have finished or `limit` has passed.
+// Rank 0 returns the outputs in request order, the other ranks nothing.
+std::vector<CollectedOutput> RunUpfront(Engine& engine,
+                                        const std::vector<GenerationRequest>& requests,
+                                        absl::Duration limit) {
+  const absl::Time deadline = absl::Now() + limit;
+  UpfrontCollector collector;
+  if (engine.rank() == 0) {
+    for (const GenerationRequest& r : requests) {
+      const absl::Status s = collector.Submit(engine, r);
+      EXPECT_TRUE(s.ok()) << r.id << ": " << s;
+    }
+  }
+  std::vector<CollectedOutput> outputs;
+  EngineHarness harness(&engine);
+  if (engine.rank() == 0) {
+    EXPECT_TRUE(collector.WaitAll(deadline)) << "the requests did not finish within " << limit;
+    for (const GenerationRequest& r : requests) outputs.push_back(collector.output(r.id));
+  }
+  // The harness's destructor shuts the loop down (rank 0), or follows rank
+  // 0's shutdown (the other ranks).
+  return outputs;
+}
+
 // ------------------------------------------------------------ greedy
 
 constexpr int kGreedyTokens = 48;
@@ -193,6 +237,9 @@ std::vector<GenerationRequest> GreedyRequests(const Engine& engine) {
   return requests;
 }
 
+// 16 greedy requests decode together. Over these few steps the estimator is
+// still on its prior, so every mode verifies the full block (less the length
+// caps); PlanTpTest's greedy requests cover equality under trimmed plans.
 class GreedyTpTest : public ::testing::TestWithParam<VerifyMode> {
  protected:
   // The target alone, autoregressive at TP 1: rank 0's reference.
@@ -235,7 +282,6 @@ TEST_P(GreedyTpTest, SpeculativeEqualsAutoregressiveAtTp1) {
     outputs = harness.GenerateAll(GreedyRequests(*engine));
   }
   const EngineStats stats = engine->stats();
-  std::fprintf(stderr, "DEBUG rank %d steps %lld drafted %lld verified %lld accepted %lld\n", Rank(), (long long)stats.steps, (long long)stats.drafted, (long long)stats.verified, (long long)stats.accepted);
   EXPECT_GT(stats.steps, 0);
   EXPECT_EQ(stats.plan_checks, stats.steps);
   EXPECT_EQ(stats.plan_mismatches, 0);
@@ -259,17 +305,70 @@ INSTANTIATE_TEST_SUITE_P(Modes, GreedyTpTest,
                                            VerifyMode::kCompact),
                          [](const auto& info) { return VerifyModeTestName(info.param); });
 
+// ------------------------------------------------------------ sampled
+
+constexpr int kSampledTokens = 40;
+
+std::vector<GenerationRequest> SampledRequests(const Engine& engine) {
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < kNumPrompts; ++i) {
+    requests.push_back(TextRequest(engine, absl::StrCat("s", i), kPrompts[i], kSampledTokens,
+                                   1.0f, 1000 + i));
+    requests.back().params.ignore_eos = true;
+  }
+  return requests;
+}
+
+TEST(SampledTpTest, SameSeedsSameTokensAsTp1) {
+  EngineOptions options;
+  options.verify_mode = VerifyMode::kCompact;
+  options.cost_table_path = WriteCostTable();
+  options.plan_check_interval = 1;
+
+  std::vector<CollectedOutput> reference;
+  OnRankZeroWhileOthersWait([&] {
+    LocalCommunicator local;
+    std::unique_ptr<Engine> engine = MakeEngine(&local, options, /*speculation=*/true);
+    ASSERT_NE(engine, nullptr);
+    reference = RunUpfront(*engine, SampledRequests(*engine), absl::Seconds(60));
+  });
+
+  std::unique_ptr<Communicator> comm = MakeMpiCommunicator();
+  ASSERT_NE(comm, nullptr);
+  std::unique_ptr<Engine> engine = MakeEngine(comm.get(), options, /*speculation=*/true);
+  ASSERT_NE(engine, nullptr);
+  const std::vector<GenerationRequest> requests = SampledRequests(*engine);
+  const std::vector<CollectedOutput> outputs = RunUpfront(*engine, requests, absl::Seconds(60));
+  const EngineStats stats = engine->stats();
+  EXPECT_GT(stats.steps, 0);
+  EXPECT_EQ(stats.plan_checks, stats.steps);
+  EXPECT_EQ(stats.plan_mismatches, 0);
+  if (Rank() != 0) return;
+  ASSERT_EQ(reference.size(), requests.size());
+  ASSERT_EQ(outputs.size(), requests.size());
+  int64_t accepted = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(outputs[i].finish_reason, FinishReason::kLength) << outputs[i].error;
+    EXPECT_EQ(outputs[i].token_ids.size(), static_cast<size_t>(kSampledTokens));
+    EXPECT_EQ(outputs[i].token_ids, reference[i].token_ids) << "prompt " << kPrompts[i];
+    EXPECT_EQ(outputs[i].usage.accepted_tokens, reference[i].usage.accepted_tokens);
+    accepted += outputs[i].usage.accepted_tokens;
+  }
+  EXPECT_GT(accepted, 0);
+}
+
 // ------------------------------------------------------------ plans
 
 // The plan comparison needs 1,000+ decode steps, which the bundled models
 // cannot run on CI's two cores in time (about 0.25 s a step at TP 2). A tiny
-// random pair runs a step in milliseconds through the same engine, planner,
-// estimator and collectives. The draft shares the target's weights at a
-// smaller scale: related distributions, so drafts are both accepted and
-// rejected and the draft's confidence predicts acceptance.
+// random pair of one layer runs a step in about 10 ms at TP 2, most of it in
+// collectives, through the same engine, planner, estimator and sharded
+// model code. The draft shares the target's weights at a smaller scale:
+// related distributions, so that drafts are both accepted and rejected, the
+// draft's confidence predicts acceptance, and the estimator gets fitted.
 constexpr int kTinyVocab = 128;
 constexpr int kPlanConcurrency = 16;
-constexpr int kPlanRequests = 40;
+constexpr int kPlanRequests = 950;
 constexpr int kMinPlanSteps = 1000;
 
 ModelConfig TinyConfig() {
@@ -279,6 +378,8 @@ ModelConfig TinyConfig() {
   config.head_dim = 8;
   config.vocab_size = kTinyVocab;
   config.max_position_embeddings = 1024;
+  config.num_layers = 1;
+  config.layer_uses_sliding_window = {false};
   return config;
 }
 
@@ -288,12 +389,14 @@ std::string WriteTinyPair() {
   const char* base = std::getenv("TEST_TMPDIR");
   const std::string dir =
       absl::StrCat(base != nullptr ? base : "/tmp", "/engine_tp_tiny_np", World());
-  if (Rank() == 0) {
+  static bool written = false;
+  if (Rank() == 0 && !written) {
+    written = true;
     RandomModelOptions target;
     target.seed = 23;
     target.stddev = 0.6f;
     RandomModelOptions draft = target;
-    draft.stddev = 0.45f;
+    draft.stddev = 0.55f;
     EXPECT_TRUE(WriteRandomModel(dir + "/target", TinyConfig(), target).ok());
     EXPECT_TRUE(WriteRandomModel(dir + "/draft", TinyConfig(), draft).ok());
     for (const char* model : {"target", "draft"}) {
@@ -307,22 +410,23 @@ std::string WriteTinyPair() {
   return dir;
 }
 
-// The workload: kPlanRequests requests of varied lengths, at most 16
-// running at once, so that requests finish and join throughout and the
-// batch holds 16 requests for most of the run. Every fourth request is
-// greedy (its tokens must equal the target's autoregressive ones whatever
-// the plans); the others sample at temperature 1 with their own seeds.
-std::vector<GenerationRequest> PlanWorkload() {
+// The workload: 950 short requests (20 to 60 tokens: attention over long
+// contexts is what costs on the CPU) of which 16 run at once, so that
+// requests finish and join throughout and the batch holds 16 for the whole
+// run (about 1,100 steps). Every fourth request is greedy (its tokens must
+// equal the target's autoregressive ones whatever the plans); the others
+// sample at temperature 1 with their own seeds.
+std::vector<GenerationRequest> PlanWorkload(int num_requests = kPlanRequests) {
   std::mt19937 rng(5);
   std::vector<GenerationRequest> requests;
-  for (int i = 0; i < kPlanRequests; ++i) {
+  for (int i = 0; i < num_requests; ++i) {
     GenerationRequest r;
     r.id = absl::StrCat("p", i);
     const int prompt_len = 3 + static_cast<int>(rng() % 12);
     for (int k = 0; k < prompt_len; ++k) {
       r.prompt_token_ids.push_back(3 + static_cast<int32_t>(rng() % (kTinyVocab - 3)));
     }
-    r.params.max_tokens = 200 + 37 * (i % 9);
+    r.params.max_tokens = 20 + 5 * (i % 9);
     r.params.temperature = i % 4 == 0 ? 0.0f : 1.0f;
     r.params.seed = 7919u * i + 13;
     r.params.ignore_eos = true;
@@ -347,9 +451,12 @@ struct PlanRun {
   double seconds = 0;
 };
 
-// Runs the workload on `comm`; rank 0 submits and collects.
+// Runs `requests` on the tiny pair in `dir` over `comm`; rank 0 submits
+// and collects.
 PlanRun RunPlanWorkload(Communicator* comm, EngineOptions options, const std::string& dir,
-                        bool speculation) {
+                        bool speculation,
+                        const std::vector<GenerationRequest>& requests = PlanWorkload(),
+                        absl::Duration limit = absl::Seconds(120)) {
   PlanRun run;
   options.speculation = speculation;
   options.cpu_threads = 1;  // tiny matrices: threads cost more than they save
@@ -360,24 +467,7 @@ PlanRun RunPlanWorkload(Communicator* comm, EngineOptions options, const std::st
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (!engine.ok()) return run;
   const absl::Time start = absl::Now();
-  UpfrontCollector collector;
-  const std::vector<GenerationRequest> requests = PlanWorkload();
-  if (comm->rank() == 0) {
-    for (const GenerationRequest& r : requests) {
-      const absl::Status s = collector.Submit(**engine, r);
-      EXPECT_TRUE(s.ok()) << s;
-    }
-  }
-  {
-    EngineHarness harness(engine->get());
-    if (comm->rank() == 0) {
-      EXPECT_TRUE(collector.WaitAll(start + absl::Seconds(120)))
-          << "the workload did not finish in time";
-      for (const GenerationRequest& r : requests) run.outputs.push_back(collector.output(r.id));
-    }
-    // Leaving the scope shuts the loop down (rank 0) or follows rank 0's
-    // shutdown (the other ranks).
-  }
+  run.outputs = RunUpfront(**engine, requests, limit);
   run.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   run.stats = (*engine)->stats();
   return run;
@@ -468,6 +558,39 @@ TEST_P(PlanTpTest, EveryRankPlansTheSameAndMatchesTp1) {
 INSTANTIATE_TEST_SUITE_P(Modes, PlanTpTest,
                          ::testing::Values(VerifyMode::kCapAccept, VerifyMode::kCompact),
                          [](const auto& info) { return VerifyModeTestName(info.param); });
+
+// ------------------------------------------------------------ divergence
+
+// Invariant 3's other half: ranks that plan differently are caught at the
+// first compared step and reported with the rank; every request, running or
+// waiting, ends with that error, and every rank's loop returns (never a
+// hang). The last rank prices steps with a table that differs in one cell,
+// so its plan hash differs from the first step.
+TEST(PlanDivergenceTpTest, MismatchEndsEveryRequestWithTheError) {
+  const std::string dir = WriteTinyPair();
+  const int odd_rank = World() - 1;
+  const EngineOptions options =
+      PlanOptions(VerifyMode::kCompact, WriteCostTable(/*nudged=*/Rank() == odd_rank));
+  std::unique_ptr<Communicator> comm = MakeMpiCommunicator();
+  ASSERT_NE(comm, nullptr);
+  // More requests than run at once: some are still waiting when it fails.
+  const std::vector<GenerationRequest> requests = PlanWorkload(2 * kPlanConcurrency);
+  const PlanRun run = RunPlanWorkload(comm.get(), options, dir, /*speculation=*/true, requests,
+                                      absl::Seconds(30));
+  // Every rank saw the mismatch at the first step and stopped there.
+  EXPECT_EQ(run.stats.steps, 1);
+  EXPECT_EQ(run.stats.plan_checks, 1);
+  EXPECT_EQ(run.stats.plan_mismatches, 1);
+  if (Rank() != 0) return;
+  ASSERT_EQ(run.outputs.size(), requests.size());
+  for (const CollectedOutput& out : run.outputs) {
+    EXPECT_EQ(out.finish_reason, FinishReason::kError);
+    EXPECT_EQ(out.finished_events, 1);
+    EXPECT_NE(out.error.find(absl::StrCat("rank ", odd_rank, " planned differently from rank 0")),
+              std::string::npos)
+        << out.error;
+  }
+}
 
 // Reports each failure with the rank that saw it (only rank 0 prints the
 // usual summary).

@@ -40,13 +40,16 @@ else
 fi
 
 # The end-to-end tests drive the server with the official OpenAI Python
-# client, from a virtual environment at a fixed path the tests look up.
+# client, and tools/bench/plot.py charts benchmarks with matplotlib, from a
+# virtual environment at a fixed path the tests look up.
 venv=/opt/verdict/python
-if ! "$venv/bin/python3" -c "import openai; assert openai.__version__ == \"3.57.0\"" 2>/dev/null; then
-  echo "setup: creating $venv with the openai client"
+if ! "$venv/bin/python3" -c "import openai, matplotlib
+assert openai.__version__ == \"3.57.0\" and matplotlib.__version__ == \"3.11.2\"" 2>/dev/null; then
+  echo "setup: creating $venv with the openai client and matplotlib"
   "${sudo_cmd[@]}" mkdir -p "$(dirname "$venv")"
   "${sudo_cmd[@]}" /usr/bin/python3 -m venv "$venv"
-  "${sudo_cmd[@]}" "$venv/bin/pip" install -q --disable-pip-version-check "openai==3.57.0"
+  "${sudo_cmd[@]}" "$venv/bin/pip" install -q --disable-pip-version-check \
+    "openai==3.57.0" "matplotlib==3.11.2"
 fi
 
 if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Unit tests of tools/bench/sweep.py and tools/bench/plot.py without a
+server: which configurations a sweep runs, how the overlap flag is found in
+`verdict --help`, the comparison table with its change against static, and
+the chart.
+
+    bench_sweep_test.py SWEEP_PY PLOT_PY
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SWEEP_PY, PLOT_PY = sys.argv[1], sys.argv[2]
+spec = importlib.util.spec_from_file_location("sweep", SWEEP_PY)
+sweep = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sweep)
+
+TMP = os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp()
+
+HELP_WITHOUT = """verdict: speculative decoding serving runtime.
+
+  Flags from runtime/engine_flags.cc:
+    --verify_mode (static (verify every draft), cap-accept or compact; unlike
+      --disable_overlap_schedule elsewhere this has no overlap); default: "static";
+"""
+
+HELP_BOOL = HELP_WITHOUT + """    --overlap_schedule (plan step N+1 on the CPU while the GPU runs
+      step N); default: true;
+    --seed (seeds requests); default: 0;
+"""
+
+HELP_STRING = HELP_WITHOUT + """    --overlap (on or off); default: "on";
+"""
+
+
+def fake_verdict(help_text):
+    """An executable that prints `help_text` for --help, as absl does (exit 1)."""
+    fd, path = tempfile.mkstemp(dir=TMP, suffix=".sh")
+    with os.fdopen(fd, "w") as f:
+        f.write("#!/bin/sh\ncat <<'HELP'\n" + help_text + "HELP\nexit 1\n")
+    os.chmod(path, 0o755)
+    return path
+
+
+def args(*argv):
+    return sweep.build_parser().parse_args(["--verdict", "/bin/true"] + list(argv))
+
+
+def report(label, rates, acceptance=None):
+    return {"label": label, "points": [
+        {"concurrency": c, "decode_tokens_per_s": r, "completed": 4, "failed": 0,
+         "acceptance_length": acceptance, "verify_tokens_per_step": 6.0 if acceptance else None,
+         "ttft_p50_ms": 12.5, "itl_p50_ms": 1.25}
+        for c, r in rates.items()]}
+
+
+class OverlapFlagTest(unittest.TestCase):
+    def test_no_overlap_flag(self):
+        # A flag that only mentions overlap in its help text is not one.
+        self.assertIsNone(sweep.find_overlap_flag(fake_verdict(HELP_WITHOUT)))
+
+    def test_bool_flag(self):
+        flag = sweep.find_overlap_flag(fake_verdict(HELP_BOOL))
+        self.assertEqual(flag, ("overlap-schedule", True))
+        self.assertEqual(sweep.overlap_args(flag, "on"), ["--overlap-schedule=true"])
+        self.assertEqual(sweep.overlap_args(flag, "off"), ["--overlap-schedule=false"])
+
+    def test_string_flag(self):
+        flag = sweep.find_overlap_flag(fake_verdict(HELP_STRING))
+        self.assertEqual(flag, ("overlap", False))
+        self.assertEqual(sweep.overlap_args(flag, "off"), ["--overlap=off"])
+
+
+class ConfigurationsTest(unittest.TestCase):
+    def test_default_modes_and_baseline(self):
+        configs = sweep.configurations(args("--tp", "1,2"), None)
+        self.assertEqual([c.name for c in configs], [
+            "static-tp1", "cap-accept-tp1", "compact-tp1", "spec-off-tp1",
+            "static-tp2", "cap-accept-tp2", "compact-tp2", "spec-off-tp2"])
+        self.assertEqual(configs[1].flags, ["--verify-mode=cap-accept"])
+        self.assertEqual(configs[3].flags, ["--speculation=off"])
+        self.assertEqual(configs[4].tp, 2)
+
+    def test_overlap_only_with_a_server_flag(self):
+        ignored = sweep.configurations(args("--modes", "static", "--overlap", "on,off"), None)
+        self.assertEqual([c.name for c in ignored], ["static-tp1", "spec-off-tp1"])
+        both = sweep.configurations(args("--modes", "static", "--no-baseline",
+                                         "--overlap", "on,off"), ("overlap-schedule", True))
+        self.assertEqual([c.name for c in both],
+                         ["static-tp1-overlap-on", "static-tp1-overlap-off"])
+        self.assertEqual(both[1].flags, ["--verify-mode=static", "--overlap-schedule=false"])
+
+    def test_custom_flag_sets(self):
+        configs = sweep.configurations(
+            args("--config", "static=--verify-mode=static",
+                 "--config", "gamma3=--verify-mode=static --num-draft-tokens=3", "--no-baseline"),
+            None)
+        self.assertEqual([c.name for c in configs], ["static-tp1", "gamma3-tp1"])
+        self.assertEqual(configs[1].flags, ["--verify-mode=static", "--num-draft-tokens=3"])
+
+
+class ComparisonTest(unittest.TestCase):
+    def configs(self):
+        configs = sweep.configurations(args("--modes", "static,compact"), None)
+        configs[0].report = report("static-tp1", {1: 330, 4: 1233, 128: 8141}, 3.5)
+        configs[1].report = report("compact-tp1", {1: 329, 4: 1146, 128: 9622}, 3.4)
+        configs[2].report = report("spec-off-tp1", {1: 120, 4: 480})
+        for c in configs:
+            c.ok, c.status, c.server_exit = True, "ok", 0
+        return configs
+
+    def test_decode_table_with_change_against_static(self):
+        text = sweep.comparison_markdown(args("--modes", "static,compact"), self.configs())
+        self.assertIn("| concurrency | static | compact | change | speculation off | change |",
+                      text)
+        self.assertIn("| 1 | 330 | 329 | -0.3% | 120 | -63.6% |", text)
+        self.assertIn("| 4 | 1233 | 1146 | -7.1% | 480 | -61.1% |", text)
+        self.assertIn("| 128 | 8141 | 9622 | +18.2% | - | - |", text)
+        self.assertIn("| 1 | 3.50 / 6.00, 12.5 / 1.25 | 3.40 / 6.00, 12.5 / 1.25 | "
+                      "- / -, 12.5 / 1.25 |", text)
+        self.assertIn("| compact-tp1 | `--verify-mode=compact` | 12 | ok |", text)
+
+    def test_failed_runs_are_listed(self):
+        configs = self.configs()
+        configs[1].report, configs[1].ok = None, False
+        configs[1].status = "the server exited with 1 while starting"
+        text = sweep.comparison_markdown(args(), configs)
+        self.assertIn("| 1 | 330 | - | - | 120 | -63.6% |", text)
+        self.assertIn("| compact-tp1 | `--verify-mode=compact` | 0 | "
+                      "the server exited with 1 while starting |", text)
+        doc = sweep.comparison_json(configs)
+        self.assertEqual([c["report"] for c in doc["configurations"]],
+                         ["static-tp1.json", None, "spec-off-tp1.json"])
+
+    def test_chart(self):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            self.skipTest("matplotlib is not installed")
+        folder = tempfile.mkdtemp(dir=TMP)
+        configs = self.configs()
+        for c in configs:
+            with open(os.path.join(folder, f"{c.name}.json"), "w") as f:
+                json.dump(c.report, f)
+        with open(os.path.join(folder, "comparison.json"), "w") as f:
+            json.dump(sweep.comparison_json(configs), f)
+        chart = os.path.join(folder, "chart.png")
+        subprocess.run([sys.executable, PLOT_PY, "--out", chart,
+                        os.path.join(folder, "comparison.json")], check=True)
+        with open(chart, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        # Bench reports given directly work as well.
+        subprocess.run([sys.executable, PLOT_PY, "--out", chart,
+                        os.path.join(folder, "static-tp1.json")], check=True)
+
+
+class ChildrenTest(unittest.TestCase):
+    def test_finds_a_child(self):
+        child = subprocess.Popen(["sleep", "5"])
+        try:
+            self.assertIn(child.pid, sweep.children(os.getpid()))
+        finally:
+            child.kill()
+            child.wait()
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0]])
