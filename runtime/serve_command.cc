@@ -29,6 +29,8 @@ ABSL_FLAG(double, drain_seconds, 30,
           "serve: on SIGTERM, how long in-flight requests may finish before they are "
           "cancelled");
 ABSL_FLAG(int64_t, max_body_bytes, 1 << 20, "serve: largest request body (413 beyond)");
+ABSL_FLAG(int, http_threads, 128,
+          "serve: HTTP connections served at once (each streaming client holds one)");
 
 namespace verdict {
 namespace {
@@ -128,6 +130,7 @@ int RunServeCommand(absl::Span<char* const> positional) {
   http.port = absl::GetFlag(FLAGS_port);
   http.api_key = absl::GetFlag(FLAGS_api_key);
   http.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
+  http.num_threads = absl::GetFlag(FLAGS_http_threads);
   HttpServer server(http, api, engine, [&engine] { return engine.ready(); });
   if (absl::Status s = server.Start(); !s.ok()) {
     std::fprintf(stderr, "verdict serve: %s\n", s.ToString().c_str());

@@ -8,10 +8,12 @@ Starts the real server, then:
      request was cancelled and nothing is left running;
   3. checks that the request and token counters of /metrics equal what the
      clients saw;
-  4. sends SIGTERM while a long request streams and checks that the server
+  4. starts the same model at TP 2 under mpirun (deploy/launch.sh) and checks
+     that it serves the same greedy text as TP 1;
+  5. sends SIGTERM while a long request streams and checks that the server
      drains and exits 0.
 
-    serve_e2e_test.py VERDICT_BINARY OPENAI_CLIENT_TEST
+    serve_e2e_test.py VERDICT_BINARY OPENAI_CLIENT_TEST LAUNCH_SH
 """
 
 import http.client
@@ -22,7 +24,45 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+
+GREEDY_PROMPTS = ["It is a truth universally acknowledged", "Call me Ishmael.",
+                  "In the beginning God created"]
+
+
+def greedy_texts(port):
+    texts = []
+    for prompt in GREEDY_PROMPTS:
+        status, answer = post(port, "/v1/completions", {
+            "model": "verdict-default", "prompt": prompt, "max_tokens": 24,
+            "temperature": 0, "ignore_eos": True})
+        expect(status == 200, f"status {status}: {answer}")
+        texts.append(answer["choices"][0]["text"])
+    return texts
+
+
+def start_tp2(binary, launch, port, log):
+    """deploy/launch.sh --tp 2 with Open MPI kept on this host (shared memory,
+    session files in a short private directory)."""
+    mpi_dir = tempfile.mkdtemp(prefix="verdict_e2e_", dir="/tmp")
+    env = dict(os.environ)
+    env.update({
+        "TMPDIR": mpi_dir,
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "OMPI_MCA_pml": "ob1",
+        "OMPI_MCA_btl": "self,vader",
+        "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+        "OMPI_MCA_btl_vader_backing_directory": mpi_dir,
+        "OMPI_MCA_osc_sm_backing_directory": mpi_dir,
+        "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    })
+    for var in ("XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE"):
+        env.pop(var, None)
+    return subprocess.Popen([launch, "--tp", "2", "--binary", binary, "--", f"--port={port}",
+                             "--cpu-threads=1", "--drain-seconds=10"],
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def free_port():
@@ -71,7 +111,7 @@ def expect(condition, message):
 
 
 def main():
-    binary, client_test = sys.argv[1], sys.argv[2]
+    binary, client_test, launch = (os.path.abspath(a) for a in sys.argv[1:4])
     port, metrics_port = free_port(), free_port()
     log = open(os.path.join(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", "/tmp"),
                             "serve.log"), "w")
@@ -144,7 +184,31 @@ def main():
         else:
             print(f"PASS metrics count {seen_requests} requests and {seen_tokens} tokens")
 
-        # 4. SIGTERM drains: a streaming request finishes, then exit 0.
+        # 4. TP 2 under mpirun serves the same greedy text as TP 1.
+        tp1 = greedy_texts(port)
+        tp2_port = free_port()
+        tp2_log = open(os.path.join(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", "/tmp"),
+                                    "serve_tp2.log"), "w")
+        tp2 = start_tp2(binary, launch, tp2_port, tp2_log)
+        try:
+            wait_healthy(tp2_port, tp2, seconds=120)
+            tp2_texts = greedy_texts(tp2_port)
+            if tp2_texts == tp1:
+                print(f"PASS TP 2 under mpirun serves the TP 1 greedy text ({len(tp1)} prompts)")
+            else:
+                failures += 1
+                print(f"FAIL TP 2 text differs: {tp2_texts!r} vs TP 1 {tp1!r}")
+            tp2.send_signal(signal.SIGTERM)
+            code = tp2.wait(timeout=60)
+            expect(code == 0, f"launch.sh --tp 2 exits {code} after SIGTERM")
+            print("PASS TP 2 job drains on SIGTERM and exits 0")
+        finally:
+            if tp2.poll() is None:
+                tp2.kill()
+                tp2.wait()
+            tp2_log.close()
+
+        # 5. SIGTERM drains: a streaming request finishes, then exit 0.
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         conn.request("POST", "/v1/completions", json.dumps({
             "model": "verdict-default", "prompt": "The whale", "max_tokens": 64,
