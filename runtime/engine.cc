@@ -211,6 +211,9 @@ absl::Status Engine::Submit(GenerationRequest request, GenerationCallback on_eve
   if (comm_->rank() != 0) return absl::FailedPreconditionError("requests go to rank 0");
   if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
+  if (loop_failed_.load()) {
+    return absl::UnavailableError("the engine stopped on an error; see the server log");
+  }
   if (draining_) return absl::UnavailableError("the server is shutting down");
   if (callbacks_.count(request.id)) {
     return absl::InvalidArgumentError(absl::StrCat("request id ", request.id, " is in use"));
@@ -275,6 +278,7 @@ absl::Status Engine::Run() {
   // rank 0 refuses new ones: otherwise their clients would wait forever for
   // tokens no loop will produce.
   auto fail = [this](const absl::Status& error) {
+    loop_failed_.store(true);
     StepControl late;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -113,7 +113,8 @@ class Engine : public GenerationService {
   // configures `metrics` with the engine's mode, gamma and TP degree.
   void set_metrics(ServingMetrics* metrics);
 
-  bool ready() const { return true; }
+  // False once the loop has stopped on an error (/ready then says 503).
+  bool ready() const { return !loop_failed_.load(); }
   int rank() const { return comm_->rank(); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelConfig& target_config() const { return target_->config(); }
@@ -172,6 +173,7 @@ class Engine : public GenerationService {
   ServingMetrics* metrics_ = nullptr;
   std::atomic<bool> drain_requested_local_{false};
   std::atomic<bool> drain_requested_any_{false};
+  std::atomic<bool> loop_failed_{false};
   Model target_model_;
   std::optional<Model> draft_model_;
   ModelRunner* target_ = nullptr;
