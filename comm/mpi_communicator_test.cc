@@ -19,6 +19,7 @@
 #include "comm/bf16.h"
 #include "comm/mpi_session.h"
 #include "gtest/gtest.h"
+#include "comm/testing/rank_failure_printer.h"
 
 namespace verdict {
 namespace {
@@ -257,22 +258,6 @@ TEST(MpiCommunicatorTest, SubCommunicatorFromParent) {
   EXPECT_EQ((*comm)->rank(), world->rank() / 2);
 }
 
-// Prints only failures, each with the rank, so that N ranks do not print N
-// copies of the whole report.
-class RankFailurePrinter : public testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] FAILURE %s:%d\n%s\n", rank_,
-                 result.file_name() ? result.file_name() : "?", result.line_number(),
-                 result.summary());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace verdict
 
@@ -286,8 +271,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int rank = (*session)->world_rank();
-  testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
-  if (rank != 0) delete listeners.Release(listeners.default_result_printer());
-  listeners.Append(new verdict::RankFailurePrinter(rank));
+  verdict::ReportFailuresByRank(rank);
   return RUN_ALL_TESTS();
 }

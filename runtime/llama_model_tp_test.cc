@@ -26,6 +26,7 @@
 #include "runtime/model_config.h"
 #include "runtime/random_model.h"
 #include "runtime/weights.h"
+#include "comm/testing/rank_failure_printer.h"
 
 namespace verdict {
 namespace {
@@ -238,22 +239,6 @@ INSTANTIATE_TEST_SUITE_P(Models, TensorParallelMpiTest, ::testing::ValuesIn(Case
                            return std::string(info.param.name);
                          });
 
-// Reports each failure with the rank that saw it (only rank 0 prints the
-// usual summary).
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (result.failed()) {
-      std::fprintf(stderr, "rank %d: %s:%d: %s\n", rank_, result.file_name(),
-                   result.line_number(), result.summary());
-    }
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace verdict
 
@@ -274,9 +259,7 @@ int main(int argc, char** argv) {
   }
   verdict::g_comm = comm->get();
   const int rank = (*comm)->rank();
-  testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
-  if (rank != 0) delete listeners.Release(listeners.default_result_printer());
-  listeners.Append(new verdict::RankFailurePrinter(rank));
+  verdict::ReportFailuresByRank(rank);
   const int failed = RUN_ALL_TESTS();
   // Every rank's verdict: a failure on any rank fails the job.
   int32_t any_failed = failed != 0 ? 1 : 0;

@@ -36,6 +36,8 @@ import tempfile
 import time
 import urllib.parse
 
+from local_mpi import local_mpi_env
+
 TMP = os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp()
 OUT = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or TMP
 
@@ -197,24 +199,7 @@ def main():
     with open(cost_table, "w") as f:
         json.dump(COST_TABLE, f)
 
-    # Open MPI on this host only: shared memory between the two ranks, no
-    # network probing, its session files in a short private directory
-    # (TEST_TMPDIR paths are too long for its sockets).
-    mpi_dir = tempfile.mkdtemp(prefix="verdict_prom_", dir="/tmp")
-    env = dict(os.environ)
-    env.update({
-        "TMPDIR": mpi_dir,
-        "OMPI_ALLOW_RUN_AS_ROOT": "1",
-        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-        "OMPI_MCA_pml": "ob1",
-        "OMPI_MCA_btl": "self,vader",
-        "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-        "OMPI_MCA_btl_vader_backing_directory": mpi_dir,
-        "OMPI_MCA_osc_sm_backing_directory": mpi_dir,
-        "OMPI_MCA_rmaps_base_oversubscribe": "1",
-    })
-    for var in ("XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE"):
-        env.pop(var, None)
+    env = local_mpi_env("verdict_prom_")
     serve_log = open(os.path.join(OUT, "serve.log"), "w")
     server = subprocess.Popen(
         [launch, "--tp", "2", "--binary", binary, "--",
@@ -390,7 +375,7 @@ scrape_configs:
                     p.wait()
         serve_log.close()
         prom_log.close()
-        subprocess.run(["rm", "-rf", mpi_dir])
+        subprocess.run(["rm", "-rf", env["TMPDIR"]])
     if failures.count:
         with open(os.path.join(OUT, "serve.log")) as f:
             print("--- serve.log (tail)\n" + "".join(f.readlines()[-30:]))

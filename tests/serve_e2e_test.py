@@ -20,12 +20,14 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
+
+from local_mpi import local_mpi_env
 
 GREEDY_PROMPTS = ["It is a truth universally acknowledged", "Call me Ishmael.",
                   "In the beginning God created"]
@@ -43,26 +45,12 @@ def greedy_texts(port):
 
 
 def start_tp2(binary, launch, port, log):
-    """deploy/launch.sh --tp 2 with Open MPI kept on this host (shared memory,
-    session files in a short private directory)."""
-    mpi_dir = tempfile.mkdtemp(prefix="verdict_e2e_", dir="/tmp")
-    env = dict(os.environ)
-    env.update({
-        "TMPDIR": mpi_dir,
-        "OMPI_ALLOW_RUN_AS_ROOT": "1",
-        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-        "OMPI_MCA_pml": "ob1",
-        "OMPI_MCA_btl": "self,vader",
-        "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-        "OMPI_MCA_btl_vader_backing_directory": mpi_dir,
-        "OMPI_MCA_osc_sm_backing_directory": mpi_dir,
-        "OMPI_MCA_rmaps_base_oversubscribe": "1",
-    })
-    for var in ("XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE"):
-        env.pop(var, None)
-    return subprocess.Popen([launch, "--tp", "2", "--binary", binary, "--", f"--port={port}",
+    """deploy/launch.sh --tp 2 with Open MPI kept on this host."""
+    env = local_mpi_env("verdict_e2e_")
+    proc = subprocess.Popen([launch, "--tp", "2", "--binary", binary, "--", f"--port={port}",
                              "--cpu-threads=1", "--drain-seconds=10"],
                             stdout=log, stderr=subprocess.STDOUT, env=env)
+    return proc, env["TMPDIR"]
 
 
 def free_port():
@@ -189,7 +177,7 @@ def main():
         tp2_port = free_port()
         tp2_log = open(os.path.join(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", "/tmp"),
                                     "serve_tp2.log"), "w")
-        tp2 = start_tp2(binary, launch, tp2_port, tp2_log)
+        tp2, tp2_mpi_dir = start_tp2(binary, launch, tp2_port, tp2_log)
         try:
             wait_healthy(tp2_port, tp2, seconds=120)
             tp2_texts = greedy_texts(tp2_port)
@@ -207,6 +195,7 @@ def main():
                 tp2.kill()
                 tp2.wait()
             tp2_log.close()
+            shutil.rmtree(tp2_mpi_dir, ignore_errors=True)
 
         # 5. SIGTERM drains: a streaming request finishes, then exit 0.
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
