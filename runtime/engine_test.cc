@@ -17,24 +17,7 @@
 namespace verdict {
 namespace {
 
-const char* const kPrompts[] = {
-    "It is a truth universally acknowledged",
-    "Mr. Darcy was",
-    "Call me Ishmael.",
-    "In the beginning God created",
-    "She could not help",
-    "The carriage stopped at the door, and",
-    "My dear Miss Bennet,",
-    "Upon my word,",
-    "The whale",
-    "And it came to pass",
-    "Elizabeth",
-    "\"You are mistaken,\" said he,",
-    "It was a dark",
-    "The Martians",
-    "Captain Nemo",
-    "Pip",
-};
+const auto& kPrompts = kBundledPrompts;
 
 std::unique_ptr<Engine> MakeEngine(Communicator* comm, EngineOptions options,
                                    bool speculation = true) {

@@ -54,6 +54,27 @@ class EngineHarness {
   bool stopped_ = false;
 };
 
+// Openings of the bundled models' corpus, for tests that decode many
+// requests at once.
+inline constexpr const char* kBundledPrompts[] = {
+    "It is a truth universally acknowledged",
+    "Mr. Darcy was",
+    "Call me Ishmael.",
+    "In the beginning God created",
+    "She could not help",
+    "The carriage stopped at the door, and",
+    "My dear Miss Bennet,",
+    "Upon my word,",
+    "The whale",
+    "And it came to pass",
+    "Elizabeth",
+    "\"You are mistaken,\" said he,",
+    "It was a dark",
+    "The Martians",
+    "Captain Nemo",
+    "Pip",
+};
+
 // A request for the bundled models' tokenizer from prompt text.
 GenerationRequest TextRequest(const Engine& engine, const std::string& id,
                               const std::string& prompt, int max_tokens, float temperature,

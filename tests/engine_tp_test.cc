@@ -65,24 +65,7 @@ Communicator* g_control = nullptr;
 int Rank() { return g_control->rank(); }
 int World() { return g_control->world_size(); }
 
-const char* const kPrompts[] = {
-    "It is a truth universally acknowledged",
-    "Mr. Darcy was",
-    "Call me Ishmael.",
-    "In the beginning God created",
-    "She could not help",
-    "The carriage stopped at the door, and",
-    "My dear Miss Bennet,",
-    "Upon my word,",
-    "The whale",
-    "And it came to pass",
-    "Elizabeth",
-    "\"You are mistaken,\" said he,",
-    "It was a dark",
-    "The Martians",
-    "Captain Nemo",
-    "Pip",
-};
+const auto& kPrompts = kBundledPrompts;
 constexpr int kNumPrompts = static_cast<int>(std::size(kPrompts));
 
 std::string VerifyModeTestName(VerifyMode mode) {
