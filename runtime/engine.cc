@@ -615,7 +615,9 @@ absl::Status Engine::Step() {
     top_ks[i] = r.req.params.top_k;
     top_ps[i] = r.req.params.top_p;
     seeds[i] = r.seed;
-    for (int32_t id : r.stop->conditions().eos_token_ids) stop_ids.push_back(id);  // device-side stop mask
+    // The sampler flags a request whose emitted tokens hold one of these
+    // (emitted_stop_token), so the step after it drafts nothing for it.
+    for (int32_t id : r.stop->conditions().eos_token_ids) stop_ids.push_back(id);
     for (int32_t id : r.req.params.stop_token_ids) stop_ids.push_back(id);
     stop_offsets[i + 1] = static_cast<int32_t>(stop_ids.size());
     verify_tokens.push_back(r.tokens.back());
