@@ -258,15 +258,5 @@ int main(int argc, char** argv) {
     return 2;
   }
   verdict::g_comm = comm->get();
-  const int rank = (*comm)->rank();
-  verdict::ReportFailuresByRank(rank);
-  const int failed = RUN_ALL_TESTS();
-  // Every rank's verdict: a failure on any rank fails the job.
-  int32_t any_failed = failed != 0 ? 1 : 0;
-  if (!(*comm)->AllReduceSum(&any_failed, &any_failed, 1, verdict::DataType::kInt32).ok()) {
-    return 3;
-  }
-  if (rank == 0) std::printf("tensor parallel test: %d ranks, %s\n", (*comm)->world_size(),
-                             any_failed == 0 ? "all passed" : "FAILED");
-  return any_failed == 0 ? 0 : 1;
+  return verdict::RunAllTestsOnEveryRank(**comm, "tensor parallel test");
 }

@@ -598,17 +598,5 @@ int main(int argc, char** argv) {
     return 2;
   }
   verdict::g_control = control->get();
-  const int rank = (*control)->rank();
-  verdict::ReportFailuresByRank(rank);
-  const int failed = RUN_ALL_TESTS();
-  // A failure on any rank fails the job.
-  int32_t any_failed = failed != 0 ? 1 : 0;
-  if (!(*control)->AllReduceSum(&any_failed, &any_failed, 1, verdict::DataType::kInt32).ok()) {
-    return 3;
-  }
-  if (rank == 0) {
-    std::printf("engine tp test: %d ranks, %s\n", (*control)->world_size(),
-                any_failed == 0 ? "all passed" : "FAILED");
-  }
-  return any_failed == 0 ? 0 : 1;
+  return verdict::RunAllTestsOnEveryRank(**control, "engine tp test");
 }

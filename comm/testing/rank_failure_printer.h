@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "comm/communicator.h"
 #include "gtest/gtest.h"
 
 namespace verdict {
@@ -30,6 +31,19 @@ inline void ReportFailuresByRank(int rank) {
   ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
   if (rank != 0) delete listeners.Release(listeners.default_result_printer());
   listeners.Append(new RankFailurePrinter(rank));
+}
+
+// Runs every test on every rank of `comm` with failures reported by rank;
+// the job passes only if every rank passed. Returns main()'s exit code.
+inline int RunAllTestsOnEveryRank(Communicator& comm, const char* label) {
+  ReportFailuresByRank(comm.rank());
+  int32_t any_failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  if (!comm.AllReduceSum(&any_failed, &any_failed, 1, DataType::kInt32).ok()) return 3;
+  if (comm.rank() == 0) {
+    std::printf("%s: %d ranks, %s\n", label, comm.world_size(),
+                any_failed == 0 ? "all passed" : "FAILED");
+  }
+  return any_failed == 0 ? 0 : 1;
 }
 
 }  // namespace verdict
