@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/draft_sampler.h"
 #include "kernels/verify_sampler.h"
+#include "kernels/verify_step.h"
 #include "runtime/weights.h"
 #include "scheduler/cost_table.h"
 
@@ -666,26 +667,8 @@ absl::Status Engine::Step() {
   in.stop_token_ids = stop_ids.data();
   in.config.penalty = options_.draft_prob_penalty;
   in.config.nextn = g;
-  std::vector<int32_t> row_to_req(total_q), local_step(total_q), verified(total_q),
-      candidates(total_q), last_valid(b), sampled(b), generated_counts(g), verified_counts(g);
-  std::vector<uint8_t> is_verify(total_q), raw_accept(total_q), accept(total_q),
-      is_final(total_q), emitted_stop(b);
-  std::vector<float> token_logprobs(total_q);
-  VerifyOutputs out;
-  out.row_to_req = row_to_req.data();
-  out.local_step = local_step.data();
-  out.is_verify = is_verify.data();
-  out.raw_accept = raw_accept.data();
-  out.accept = accept.data();
-  out.is_final = is_final.data();
-  out.verified_token_ids = verified.data();
-  out.candidate_token_ids = candidates.data();
-  out.token_logprobs = token_logprobs.data();
-  out.last_valid_offset = last_valid.data();
-  out.sampled_token_ids = sampled.data();
-  out.emitted_stop_token = emitted_stop.data();
-  out.num_generated_tokens = generated_counts.data();
-  out.num_verified_tokens = verified_counts.data();
+  HostVerifyOutputs sampled_step(in);
+  VerifyOutputs out = sampled_step.View();
   if (absl::Status s = VerifySampleCpu(in, &out); !s.ok()) return s;
   const int64_t verify_ns = absl::ToInt64Nanoseconds(absl::Now() - verify_start);  // metrics
 
@@ -694,16 +677,16 @@ absl::Status Engine::Step() {
   std::vector<Request*> finished;
   for (int i = 0; i < b; ++i) {
     Request& r = *batch[i];
-    const int accepted = last_valid[i];
+    const int accepted = sampled_step.last_valid_offset[i];
     const int64_t n_before = static_cast<int64_t>(r.tokens.size());
     std::vector<int32_t> tokens;
     std::vector<float> logprobs;
     for (int k = 0; k < accepted; ++k) {
-      tokens.push_back(verified[ftp[i] + k]);
-      logprobs.push_back(token_logprobs[ftp[i] + k]);
+      tokens.push_back(sampled_step.verified_token_ids[ftp[i] + k]);
+      logprobs.push_back(sampled_step.token_logprobs[ftp[i] + k]);
     }
-    tokens.push_back(sampled[i]);
-    logprobs.push_back(token_logprobs[ftp[i] + accepted]);
+    tokens.push_back(sampled_step.sampled_token_ids[i]);
+    logprobs.push_back(sampled_step.token_logprobs[ftp[i] + accepted]);
     if (spec[i]) {
       const int drafts_verified = verify_lens[i] - 1;
       r.usage.draft_tokens += g;
@@ -738,8 +721,8 @@ absl::Status Engine::Step() {
   verify_nanoseconds_ += verify_ns;
   step_collective_nanoseconds_ += step_collective_ns;
   if (metrics_ != nullptr) {
-    RecordStepMetrics(batch, spec, verify_lens, confidences, last_valid, total_q,
-                      verify_ns * 1e-9, step_collective_ns * 1e-9);
+    RecordStepMetrics(batch, spec, verify_lens, confidences, sampled_step.last_valid_offset,
+                      total_q, verify_ns * 1e-9, step_collective_ns * 1e-9);
   }
   if (!observations.empty()) {
     if (absl::Status s = estimator_->Observe(observations); !s.ok()) return s;
