@@ -36,6 +36,11 @@ absl::Status Communicator::Barrier() {
 
 absl::Status Communicator::Synchronize(void* /*stream*/) { return absl::OkStatus(); }
 
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Duplicate() {
+  return absl::UnimplementedError(
+      absl::StrCat("rank ", rank(), ": Duplicate is not implemented by this communicator"));
+}
+
 void Communicator::Abort(const absl::Status& status) {
   std::fprintf(stderr, "rank %d: aborting: %s\n", rank(), std::string(status.ToString()).c_str());
   std::fflush(nullptr);

@@ -10,8 +10,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace verdict {
@@ -73,6 +75,14 @@ class Communicator {
   // the timeout. Host backends complete each collective before returning, so
   // this default has nothing to wait for.
   virtual absl::Status Synchronize(void* stream = nullptr);
+
+  // A second communicator over the same ranks whose collectives never match
+  // this one's, so two threads can each run their own sequence of
+  // collectives (the engine's scheduling thread and its step executor under
+  // overlap scheduling). Collective: every rank calls it, in the same order
+  // relative to its other collectives, while no other thread of the process
+  // runs a collective. This default returns Unimplemented.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Duplicate();
 
   // Ends this process and every other rank, for an error after which the
   // ranks can no longer agree (a timed-out or failed collective). Logs

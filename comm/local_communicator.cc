@@ -29,4 +29,8 @@ absl::Status LocalCommunicator::AllGather(const void* send, void* recv, size_t c
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<Communicator>> LocalCommunicator::Duplicate() {
+  return std::unique_ptr<Communicator>(std::make_unique<LocalCommunicator>());
+}
+
 }  // namespace verdict

@@ -4,6 +4,7 @@
 #define VERDICT_COMM_LOCAL_COMMUNICATOR_H_
 
 #include <cstddef>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "comm/communicator.h"
@@ -21,6 +22,8 @@ class LocalCommunicator final : public Communicator {
                             void* stream = nullptr) override;
   absl::Status AllGather(const void* send, void* recv, size_t count, DataType type,
                          void* stream = nullptr) override;
+  // Another world of one.
+  absl::StatusOr<std::unique_ptr<Communicator>> Duplicate() override;
 };
 
 }  // namespace verdict

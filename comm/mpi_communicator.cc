@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "comm/bf16.h"
 #include "comm/internal/collective_util.h"
 #include "comm/internal/mpi_error.h"
@@ -56,6 +57,7 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const C
   if (!session.ok()) return session.status();
   std::unique_ptr<MpiCommunicator> comm(new MpiCommunicator(*std::move(session), options));
   const int world_rank = comm->session_->world_rank();
+  absl::MutexLock lock(&comm->session_->call_mutex());
   int rc = MPI_Comm_dup(parent, &comm->comm_);
   if (rc != MPI_SUCCESS) return MpiCallError(rc, world_rank, "MPI_Comm_dup");
   // Errors come back as return codes (and become Status) instead of ending
@@ -72,6 +74,7 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const C
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  absl::MutexLock lock(&session_->call_mutex());
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -98,7 +101,11 @@ absl::Status MpiCommunicator::Complete(int rc, MPI_Request* request, absl::strin
   absl::StatusOr<bool> done =
       comm_internal::PollUntilDone(options_.timeout, [&]() -> absl::StatusOr<bool> {
         int flag = 0;
-        int test_rc = MPI_Test(request, &flag, MPI_STATUS_IGNORE);
+        int test_rc;
+        {
+          absl::MutexLock lock(&session_->call_mutex());
+          test_rc = MPI_Test(request, &flag, MPI_STATUS_IGNORE);
+        }
         if (test_rc != MPI_SUCCESS) {
           return MpiCallError(test_rc, rank_, absl::StrCat(call, "/", mpi_call, "/MPI_Test"));
         }
@@ -122,7 +129,11 @@ absl::Status MpiCommunicator::Broadcast(void* buffer, size_t count, DataType typ
   }
   if (!status.ok() || count == 0) return status;
   MPI_Request request;
-  int rc = MPI_Ibcast(buffer, static_cast<int>(count), MpiType(type), root, comm_, &request);
+  int rc;
+  {
+    absl::MutexLock lock(&session_->call_mutex());
+    rc = MPI_Ibcast(buffer, static_cast<int>(count), MpiType(type), root, comm_, &request);
+  }
   return Complete(rc, &request, "Broadcast", "MPI_Ibcast");
 }
 
@@ -135,8 +146,12 @@ absl::Status MpiCommunicator::AllReduceSum(const void* send, void* recv, size_t 
   if (type == DataType::kBFloat16) sum = bf16_sum_;
   if (type == DataType::kUInt8) sum = uint8_sum_;
   MPI_Request request;
-  int rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
-                          MpiType(type), sum, comm_, &request);
+  int rc;
+  {
+    absl::MutexLock lock(&session_->call_mutex());
+    rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
+                        MpiType(type), sum, comm_, &request);
+  }
   return Complete(rc, &request, "AllReduceSum", "MPI_Iallreduce");
 }
 
@@ -150,8 +165,12 @@ absl::Status MpiCommunicator::AllGather(const void* send, void* recv, size_t cou
   const bool in_place = comm_internal::IsInPlaceAllGather(rank_, send, recv, count, type);
   const MPI_Datatype mpi_type = MpiType(type);
   MPI_Request request;
-  int rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(count), mpi_type, recv,
-                          static_cast<int>(count), mpi_type, comm_, &request);
+  int rc;
+  {
+    absl::MutexLock lock(&session_->call_mutex());
+    rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(count), mpi_type, recv,
+                        static_cast<int>(count), mpi_type, comm_, &request);
+  }
   return Complete(rc, &request, "AllGather", "MPI_Iallgather");
 }
 
@@ -159,8 +178,19 @@ absl::Status MpiCommunicator::Barrier() {
   absl::Status status = CheckUsable("Barrier", 0);
   if (!status.ok()) return status;
   MPI_Request request;
-  int rc = MPI_Ibarrier(comm_, &request);
+  int rc;
+  {
+    absl::MutexLock lock(&session_->call_mutex());
+    rc = MPI_Ibarrier(comm_, &request);
+  }
   return Complete(rc, &request, "Barrier", "MPI_Ibarrier");
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::Duplicate() {
+  if (!failure_.ok()) return comm_internal::RefusedAfterFailure(rank_, "Duplicate", failure_);
+  absl::StatusOr<std::unique_ptr<MpiCommunicator>> dup = Create(options_, comm_);
+  if (!dup.ok()) return dup.status();
+  return std::unique_ptr<Communicator>(*std::move(dup));
 }
 
 void MpiCommunicator::Abort(const absl::Status& status) {

@@ -6,7 +6,8 @@
 // wrap modulo 256 as NCCL's do.
 //
 // One collective at a time per communicator, called in the same order on
-// every rank. After a timeout the communicator is failed: MPI cannot cancel
+// every rank. Two threads may use two communicators at once (Duplicate):
+// each MPI call holds the session's call lock (MPI_THREAD_SERIALIZED). After a timeout the communicator is failed: MPI cannot cancel
 // a collective, so the request stays pending and keeps its buffers (keep
 // them alive), and every later call is refused. Call Abort().
 #ifndef VERDICT_COMM_MPI_COMMUNICATOR_H_
@@ -49,6 +50,8 @@ class MpiCommunicator final : public Communicator {
   absl::Status AllGather(const void* send, void* recv, size_t count, DataType type,
                          void* stream = nullptr) override;
   absl::Status Barrier() override;
+  // MPI_Comm_dup of this communicator, with the same options. Blocking.
+  absl::StatusOr<std::unique_ptr<Communicator>> Duplicate() override;
   // MPI_Abort: Open MPI's mpirun then ends every rank of the job, and itself
   // exits with AbortExitCode(status).
   [[noreturn]] void Abort(const absl::Status& status) override;

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace verdict {
 
@@ -44,6 +45,12 @@ class MpiSession {
   // Records that a collective timed out with its request still pending.
   void MarkCollectivePending() { collective_pending_ = true; }
 
+  // MPI_THREAD_SERIALIZED lets any thread call MPI, one call at a time. The
+  // communicators hold this lock for each MPI call and never across a wait,
+  // so two threads may each drive collectives on their own communicator at
+  // once (the engine's scheduling thread and its step executor).
+  absl::Mutex& call_mutex() { return call_mutex_; }
+
  private:
   MpiSession() = default;
 
@@ -53,6 +60,7 @@ class MpiSession {
   int local_rank_ = 0;
   int local_size_ = 1;
   std::atomic<bool> collective_pending_{false};
+  absl::Mutex call_mutex_;
 };
 
 }  // namespace verdict

@@ -4,21 +4,33 @@
 // that the acceptance estimator scores (seed 002: the max of the draft
 // distribution at the request's temperature, temperature 1 for greedy rows).
 //
-// p is the draft's processed distribution: z = logit / T, top-k keeps ids
-// with z >= the k-th largest z, top-p keeps the smallest set of largest ids
-// whose mass reaches top_p (ties kept together), p = softmax over the kept
-// ids. Greedy rows (T = 0) propose the argmax (lowest id on ties) and p is
-// one-hot there. The token is drawn from exactly the p that is returned, by
-// an exponential race with Philox numbers keyed by (seed, position), stream
-// kDraft, so it is the same on every rank and backend.
+// p is the draft's processed distribution: z = logit * (1 / T), top-k keeps
+// ids with z >= the k-th largest z (ties at the k-th value kept), top-p then
+// keeps the smallest set of largest ids whose mass reaches top_p (ties kept
+// together): the ids whose value v has mass(z > v) < top_p * mass(top-k
+// set), p = softmax over the kept ids. Masses are sums of exp(z - max z) in
+// 2^-40 fixed point and p = exp(z - max z) / mass, with the arithmetic of
+// kernels/sampling_math.h: the CPU twin and the CUDA kernel give the same
+// bits, and p is the expression the verify sampler uses for q. Greedy rows
+// (T = 0) propose the argmax (lowest id on ties) and p is one-hot there. The
+// token is drawn from exactly the p that is returned, by an exponential race
+// (the largest p_i / E_i, E_i ~ Exp(1), ties to the lower id) with Philox
+// numbers keyed by (seed, position), stream kDraft, so it is the same on every
+// rank and backend. The signal is 1 / mass, the largest p (at temperature 1
+// and without top-k/top-p for greedy rows).
 #ifndef VERDICT_KERNELS_DRAFT_SAMPLER_H_
 #define VERDICT_KERNELS_DRAFT_SAMPLER_H_
 
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/model/cuda_stream.h"
 
 namespace verdict {
+
+// The largest vocabulary the sampler takes: Philox block indices (id / 4)
+// stay below 2^24 and fixed-point masses below 2^64.
+inline constexpr int32_t kMaxDraftVocabSize = 1 << 23;
 
 struct DraftSampleInputs {
   int32_t num_rows = 0;
@@ -33,14 +45,56 @@ struct DraftSampleInputs {
   const int64_t* positions = nullptr;
 };
 
+// Why a row was refused. Of several errors the first row's is reported, and
+// in a row bad parameters before logits.
+enum class DraftErrorCode : uint32_t {
+  kOk = 0,
+  kBadSamplingParams = 1,  // detail: the DraftParam at fault
+  kNonFiniteLogit = 2,     // detail: the lowest vocabulary id whose z is not finite
+};
+
+// The sampling parameter a kBadSamplingParams error names: temperature must
+// be finite and >= 0, top_k >= 0, top_p in (0, 1].
+enum class DraftParam : uint32_t { kNone = 0, kTemperature = 1, kTopK = 2, kTopP = 3 };
+
+// `key` packs (row + 1) << 40 | code << 32 | detail; 0 when every row is fine.
+struct DraftErrorRecord {
+  uint64_t key = 0;
+};
+
 struct DraftSampleOutputs {
   int32_t* token_ids = nullptr;  // [num_rows]
   float* probs = nullptr;        // [num_rows, vocab_size]: p
   float* signals = nullptr;      // [num_rows]: q_max (temperature 1 when greedy)
+  // Optional on the CPU; required by the CUDA launcher, which writes it on
+  // every launch (read it back with ReadDraftSampleError).
+  DraftErrorRecord* error = nullptr;
 };
 
-// CPU twin. Refuses non-finite logits and bad parameters, naming the row.
+// Status of an error record: OK for key 0, otherwise InvalidArgument naming
+// the row and the reason.
+absl::Status DraftErrorStatus(const DraftErrorRecord& record);
+
+// CPU twin: the reference. Host pointers. Refuses non-finite logits (after
+// temperature scaling) and bad parameters, naming the row; the outputs of a
+// refused call are unspecified.
 absl::Status DraftSampleCpu(const DraftSampleInputs& inputs, DraftSampleOutputs* outputs);
+
+// Device memory one stream's CUDA launches share: kDraftSampleWorkspaceBytes,
+// zeroed once when allocated; every launch leaves it zeroed again.
+inline constexpr int64_t kDraftSampleWorkspaceBytes = 16;
+
+// CUDA launcher: one kernel launch on `stream` for all rows, the same bits as
+// DraftSampleCpu. Device pointers (the outputs' error record too). Returns
+// launch errors and shape errors (missing arrays, vocabulary size); errors of
+// the rows' contents land in outputs->error: read it with
+// ReadDraftSampleError, or copy it with the step's other results.
+absl::Status DraftSampleCuda(const DraftSampleInputs& inputs, DraftSampleOutputs* outputs,
+                             void* workspace, cudaStream_t stream);
+
+// Copies the launch's error record to the host (synchronising `stream`) and
+// turns it into a Status, the same as DraftSampleCpu's for the same inputs.
+absl::Status ReadDraftSampleError(const DraftSampleOutputs& outputs, cudaStream_t stream);
 
 }  // namespace verdict
 

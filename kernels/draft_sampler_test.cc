@@ -1,5 +1,6 @@
 #include "kernels/draft_sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -115,6 +116,72 @@ TEST(DraftSamplerTest, BadInputNamesTheRow) {
   Rows bad;
   bad.Add({0.0f, 1.0f}, 1.0f, 0, 0.0f, 1, 0);
   EXPECT_FALSE(bad.Run(2).ok());
+}
+
+TEST(DraftSamplerTest, TiesAtTheThresholdsAreKeptTogether) {
+  Rows rows;
+  rows.Add({3.0f, 2.0f, 2.0f, 2.0f, 1.0f}, 1.0f, 2, 1.0f, 1, 0);  // the 2nd value is tied
+  const float third = std::log(0.2f);
+  rows.Add({std::log(0.4f), third, third, third, -20.0f}, 1.0f, 0, 0.5f, 1, 0);
+  ASSERT_TRUE(rows.Run(5).ok());
+  for (int id = 0; id < 4; ++id) EXPECT_GT(rows.probs[id], 0.0f) << id;
+  EXPECT_EQ(rows.probs[4], 0.0f);
+  EXPECT_EQ(rows.probs[1], rows.probs[3]);
+  // Top-p: 0.4 alone is short of 0.5, so the tied group at 0.2 joins whole.
+  for (int id = 0; id < 4; ++id) EXPECT_GT(rows.probs[5 + id], 0.0f) << id;
+  EXPECT_EQ(rows.probs[9], 0.0f);
+}
+
+TEST(DraftSamplerTest, SignalIsTheLargestP) {
+  std::mt19937 gen(9);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const int vocab = 300;
+  Rows rows;
+  const float ts[] = {0.5f, 1.0f, 1.7f};
+  const int ks[] = {0, 1, 7};
+  const float ps[] = {1.0f, 0.3f, 0.9f};
+  for (const float t : ts) {
+    for (const int k : ks) {
+      for (const float p : ps) {
+        std::vector<float> logits(vocab);
+        for (float& x : logits) x = normal(gen);
+        rows.Add(logits, t, k, p, 3, 17);
+      }
+    }
+  }
+  ASSERT_TRUE(rows.Run(vocab).ok());
+  for (size_t r = 0; r < rows.signals.size(); ++r) {
+    const float* p = rows.probs.data() + r * vocab;
+    EXPECT_EQ(rows.signals[r], *std::max_element(p, p + vocab)) << r;
+    EXPECT_GT(p[rows.tokens[r]], 0.0f) << r;  // the proposal is in p's support
+  }
+}
+
+TEST(DraftSamplerTest, OverflowAtTheTemperatureIsRefused) {
+  Rows rows;
+  rows.Add({0.0f, 1.0f}, 1.0f, 0, 1.0f, 1, 0);
+  rows.Add({3e38f, 1.0f}, 0.25f, 0, 1.0f, 1, 0);  // 3e38 * 4 is infinite
+  const absl::Status s = rows.Run(2);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("row 1: logit of vocabulary id 0"), std::string::npos) << s;
+}
+
+TEST(DraftSamplerTest, BadParameterIsNamed) {
+  Rows rows;
+  rows.Add({0.0f, 1.0f}, 1.0f, 0, 1.0f, 1, 0);
+  rows.Add({0.0f, 1.0f}, 1.0f, 0, 1.0f, 1, 0);
+  rows.Add({0.0f, NAN}, 1.0f, -2, 1.0f, 1, 0);  // parameters are checked first
+  DraftErrorRecord record;
+  const int n = 3;
+  rows.tokens.assign(n, -1);
+  rows.probs.assign(2 * n, -1.0f);
+  rows.signals.assign(n, -1.0f);
+  DraftSampleInputs in{n, 2, rows.logits.data(), rows.temperatures.data(), rows.top_ks.data(),
+                       rows.top_ps.data(), rows.seeds.data(), rows.positions.data()};
+  DraftSampleOutputs out{rows.tokens.data(), rows.probs.data(), rows.signals.data(), &record};
+  const absl::Status s = DraftSampleCpu(in, &out);
+  EXPECT_EQ(s.message(), "draft sampler: row 2: bad sampling parameter: top_k (must be >= 0)");
+  EXPECT_EQ(DraftErrorStatus(record), s);
 }
 
 }  // namespace

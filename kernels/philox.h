@@ -28,7 +28,7 @@ enum class RandomStream : uint32_t {
   kAccept = 0,    // U in the min(1, q/p) test
   kResidual = 1,  // sample from max(q - alpha p, 0)
   kBonus = 2,     // fresh sample on the last row
-  kSimulatedAcceptance = 3,
+  kSimulatedAcceptance = 3,  // U in the simulated accept test (U < rate)
   kDraft = 4,     // the draft model's proposal
 };
 

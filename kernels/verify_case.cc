@@ -20,6 +20,8 @@ const char kSampleCaseFormat[] = R"(JSON file of one verify step for `verdict sa
 {"vocab_size": V,
  "nextn": 5,  (optional; default: most drafts of one request)
  "penalty": 5e-5,  (optional; alpha = exp(-penalty) in the residual)
+ "simulated_acceptance": 0.7,  (optional; accept every draft with this
+   chance instead of the target's test; negative = off, the default)
  "requests": [{...}, ...],  (in row order; rows are packed)
  "bitmasks": [{"step": k, "requests": [r, ...],
    "allowed_token_ids": [[ids], ...] or "bits": [[u32 words], ...]}]}
@@ -108,6 +110,11 @@ absl::StatusOr<std::unique_ptr<HostVerifyStep>> ParseVerifyCase(const json& c) {
   const json& requests = c.at("requests");
   SamplerConfig config;
   if (absl::Status s = ReadNumber(c, "penalty", "top level", &config.penalty); !s.ok()) return s;
+  if (absl::Status s = ReadNumber(c, "simulated_acceptance", "top level",
+                                  &config.simulated_acceptance);
+      !s.ok()) {
+    return s;
+  }
   int32_t max_drafts = 0;
   for (const json& r : requests) {
     if (r.is_object() && r.contains("draft_token_ids") && r.at("draft_token_ids").is_array()) {

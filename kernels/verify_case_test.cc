@@ -78,6 +78,19 @@ TEST(VerifyCaseTest, TrialsGiveHistograms) {
               1.0 + static_cast<double>(lengths[1]) / trials, 1e-9);
 }
 
+TEST(VerifyCaseTest, SimulatedAcceptanceReplacesTheTargetsTest) {
+  json c = ReadJson(kWorkedExample);
+  ASSERT_FALSE(c.is_discarded());
+  c["simulated_acceptance"] = 0.25;
+  const int trials = 6000;
+  const nlohmann::ordered_json report = RunCase(c, trials);
+  const std::vector<int64_t> lengths = report["requests"][0]["accepted_length_histogram"];
+  ASSERT_EQ(lengths.size(), 2u);
+  // Accept with probability 0.25 instead of q(A) / p(A) = 2/3.
+  const double sigma = std::sqrt(trials * 0.25 * 0.75);
+  EXPECT_NEAR(static_cast<double>(lengths[1]), trials * 0.25, 4.5 * sigma);
+}
+
 TEST(VerifyCaseTest, SeedTwoRequestTable) {
   // Greedy rows: A accepts d1 d2 and rejects d3; B accepts all three.
   const auto peak = [](int id) {

@@ -156,6 +156,7 @@ class RowSampler {
     if (key != 0) return key;
 
     const bool verify = s.info.kind == RowKind::kVerify;
+    const bool simulated = verify && verify_internal::SimulatesAcceptance(in_, s.golden);
     int32_t candidate = -1;
     bool raw = true;
     float threshold = kNegInf;
@@ -165,6 +166,11 @@ class RowSampler {
       mass = KeptMass(z_, row_max, threshold);
       candidate = s.golden >= 0 ? s.golden : argmax;
       raw = !verify || s.draft == candidate;
+      if (simulated) {
+        raw = verify_internal::SimulatedAccept(s.seed, s.position,
+                                               in_.config.simulated_acceptance);
+        candidate = raw ? s.draft : argmax;
+      }
     } else {
       if (s.top_k > 0 && s.top_k < allowed) threshold = TopKThreshold(z_, s.top_k);
       mass = KeptMass(z_, row_max, threshold);
@@ -177,10 +183,16 @@ class RowSampler {
         candidate = s.golden;
         raw = !verify || s.draft == s.golden;
       } else if (verify) {
-        const float zd = z_[s.draft];
-        const float q_draft =
-            Kept(zd, threshold) ? FDiv(ExpNonPositive(FSub(zd, row_max)), mass_f) : 0.0f;
-        raw = AcceptDraft(verify_internal::AcceptUniform(s.seed, s.position), s.p_draft, q_draft);
+        if (simulated) {
+          raw = verify_internal::SimulatedAccept(s.seed, s.position,
+                                                 in_.config.simulated_acceptance);
+        } else {
+          const float zd = z_[s.draft];
+          const float q_draft =
+              Kept(zd, threshold) ? FDiv(ExpNonPositive(FSub(zd, row_max)), mass_f) : 0.0f;
+          raw = AcceptDraft(verify_internal::AcceptUniform(s.seed, s.position), s.p_draft,
+                            q_draft);
+        }
         if (raw) {
           candidate = s.draft;
         } else {
@@ -287,7 +299,9 @@ absl::Status VerifyErrorStatus(const VerifyErrorRecord& record) {
   std::string what;
   switch (code) {
     case VerifyErrorCode::kBadShape:
-      what = "bad step shape (sizes out of range, a missing array or a bad penalty)";
+      what =
+          "bad step shape (sizes out of range, a missing array, a bad penalty, or a simulated "
+          "acceptance rate above 1 or NaN)";
       break;
     case VerifyErrorCode::kVocabMismatch:
       what = absl::StrCat("vocabulary mismatch: the draft distributions or bitmasks have size ",

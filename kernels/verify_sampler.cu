@@ -640,17 +640,30 @@ __global__ void __launch_bounds__(kThreads, 2) VerifySampleKernel(const __grid_c
       int mode = 0;
       int32_t candidate = -1;
       bool raw = true;
+      const bool simulated = verify && verify_internal::SimulatesAcceptance(in, b.golden);
       if (b.greedy) {
         candidate = b.golden >= 0 ? b.golden : b.argmax;
         raw = !verify || b.draft == candidate;
+        if (simulated) {
+          raw = verify_internal::SimulatedAccept(b.seed, b.position,
+                                                 in.config.simulated_acceptance);
+          candidate = raw ? b.draft : b.argmax;
+        }
       } else if (b.golden >= 0) {
         candidate = b.golden;
         raw = !verify || b.draft == b.golden;
       } else if (verify) {
-        const float zd = verify_internal::ProcessedLogit(in, row, b.mask, b.draft, b.inv_temperature);
-        const float q_draft =
-            Kept(zd, threshold) ? FDiv(ExpNonPositive(FSub(zd, row_max)), mass_f) : 0.0f;
-        raw = AcceptDraft(verify_internal::AcceptUniform(b.seed, b.position), b.p_draft, q_draft);
+        if (simulated) {
+          raw = verify_internal::SimulatedAccept(b.seed, b.position,
+                                                 in.config.simulated_acceptance);
+        } else {
+          const float zd =
+              verify_internal::ProcessedLogit(in, row, b.mask, b.draft, b.inv_temperature);
+          const float q_draft =
+              Kept(zd, threshold) ? FDiv(ExpNonPositive(FSub(zd, row_max)), mass_f) : 0.0f;
+          raw = AcceptDraft(verify_internal::AcceptUniform(b.seed, b.position), b.p_draft,
+                            q_draft);
+        }
         if (raw) {
           candidate = b.draft;
         } else {

@@ -36,6 +36,16 @@
 //    the draft is the argmax; the sampled token is the argmax.
 //  * Golden override g >= 0 for a row: the row's token is g; a verify row
 //    accepts iff d == g.
+//  * Simulated acceptance (config.simulated_acceptance = a in [0, 1]; off
+//    when negative): a verify row without a golden id accepts its draft iff
+//    U < a, U from Philox stream kSimulatedAcceptance at the row's seed and
+//    absolute position, whatever q and p say, so benchmarks on dummy weights
+//    see a chosen acceptance rate with the real step's shapes and work. An
+//    accepted row's token is its draft; a rejected row samples as above (the
+//    residual, or the argmax for greedy rows). The accepted prefix, the
+//    planned verify length, the bonus row, counters and stops are unchanged,
+//    so a request accepts k < L drafts with chance a^k (1 - a), all L with
+//    a^L. Not lossless: the output no longer follows the target.
 //  * Categorical samples are exponential races: id i draws E_i ~ Exp(1) from
 //    Philox (seed, position + k, row argument 0, stream, block i / 4) and the
 //    largest w_i / E_i wins, ties to the lower id. Every draw is keyed by the
@@ -84,6 +94,9 @@ struct SamplerConfig {
   // Draft slots per request: num_generated_tokens and num_verified_tokens
   // have nextn entries (none when 0).
   int32_t nextn = 0;
+  // Accept rate of every verified draft, in [0, 1], replacing the target's
+  // decision (--simulate-acceptance, dummy weights only); negative: off.
+  float simulated_acceptance = -1.0f;
 };
 
 enum class LogitsDtype : int32_t { kFloat32 = 0, kBFloat16 = 1 };
@@ -152,7 +165,7 @@ struct VerifyInputs {
 enum class VerifyErrorCode : uint32_t {
   kOk = 0,
   // Step and request level (row 0 in the error key).
-  kBadShape,            // detail: 0 (counts out of range or missing arrays)
+  kBadShape,            // detail: 0 (counts or config out of range, missing arrays)
   kVocabMismatch,       // detail: the other side's vocabulary (or words)
   kMissingDraftProbs,   // detail: 0
   kEmptyRequest,        // detail: request

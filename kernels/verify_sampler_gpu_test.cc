@@ -37,6 +37,7 @@ struct StepShape {
   bool sparse = false;
   bool bf16 = false;
   bool features = true;  // greedy rows, top-k/top-p, masks, golden ids, cutoffs, stops
+  float simulated_acceptance = -1.0f;  // SamplerConfig::simulated_acceptance
   uint64_t salt = 1;
 };
 
@@ -55,7 +56,9 @@ HostVerifyStep RandomStep(const StepShape& shape) {
   std::normal_distribution<float> normal(0.0f, 3.0f);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const int32_t v = shape.vocab;
-  HostVerifyStep step(v, SamplerConfig{.nextn = shape.nextn}, shape.sparse);
+  SamplerConfig config{.nextn = shape.nextn};
+  config.simulated_acceptance = shape.simulated_acceptance;
+  HostVerifyStep step(v, config, shape.sparse);
   for (int32_t i = 0; i < shape.requests; ++i) {
     VerifyRequest r;
     const int32_t drafts = 1 + static_cast<int32_t>(gen() % shape.nextn);
@@ -276,8 +279,16 @@ double DecisionMargin(HostVerifyStep& step, int32_t row) {
         p[in.draft_topk_ids[j * in.draft_topk + i]] += in.draft_topk_probs[j * in.draft_topk + i];
       }
     }
-    const double u = UniformOpen01(PhiloxDraw(seed, position, 0, RandomStream::kAccept, 0).v[0]);
-    margin = std::min(margin, RelGap(u * p[d], e[d]));
+    const bool golden = in.golden_token_ids != nullptr && in.golden_token_ids[row] >= 0;
+    if (in.config.simulated_acceptance >= 0.0f && !golden) {
+      // u < rate compares two exact floats: only equality is a tie.
+      const double u =
+          UniformOpen01(PhiloxDraw(seed, position, 0, RandomStream::kSimulatedAcceptance, 0).v[0]);
+      margin = std::min(margin, RelGap(u, in.config.simulated_acceptance));
+    } else {
+      const double u = UniformOpen01(PhiloxDraw(seed, position, 0, RandomStream::kAccept, 0).v[0]);
+      margin = std::min(margin, RelGap(u * p[d], e[d]));
+    }
     const double alpha = std::exp(-static_cast<double>(in.config.penalty));
     std::vector<double> w(v_size);
     for (int32_t v = 0; v < v_size; ++v) w[v] = std::max(e[v] - alpha * p[v], 0.0);
@@ -364,6 +375,22 @@ TEST(VerifySamplerGpuTest, ParityOnRandomSteps) {
   ExpectParity({.name = "151936 one request", .vocab = 151936, .requests = 1, .salt = 8});
   ExpectParity({.name = "151936 batch", .vocab = 151936, .requests = 12, .salt = 9});
   ExpectParity({.name = "many rows", .vocab = 512, .requests = 400, .salt = 10});
+}
+
+// Simulated acceptance (--simulate-acceptance): the same decisions as the CPU
+// twin, with greedy and sampled rows, golden ids, cutoffs and stops, at the
+// edge rates and between them.
+TEST(VerifySamplerGpuTest, ParityWithSimulatedAcceptance) {
+  ExpectParity({.name = "simulated 0.7, every feature", .vocab = 1000, .requests = 64,
+                .simulated_acceptance = 0.7f, .salt = 21});
+  ExpectParity({.name = "simulated 0.3, sparse", .vocab = 4096, .requests = 24, .sparse = true,
+                .simulated_acceptance = 0.3f, .salt = 22});
+  ExpectParity({.name = "simulated 0", .vocab = 2048, .requests = 32,
+                .simulated_acceptance = 0.0f, .salt = 23});
+  ExpectParity({.name = "simulated 1, 32000", .vocab = 32000, .requests = 24,
+                .simulated_acceptance = 1.0f, .salt = 24});
+  ExpectParity({.name = "simulated 0.9, many rows", .vocab = 512, .requests = 400,
+                .simulated_acceptance = 0.9f, .salt = 25});
 }
 
 TEST(VerifySamplerGpuTest, SameTokensInAnyBatch) {

@@ -79,7 +79,8 @@ VERDICT_HD uint64_t CheckStep(const VerifyInputs& in) {
       in.total_q < 0 || in.total_q >= (1 << 24) - 1 || in.config.nextn < 0 ||
       in.config.nextn > kMaxNextn ||
       in.num_bitmasks < 0 || !(in.config.penalty >= 0.0f) ||
-      !sampling_math::IsFinite(in.config.penalty)) {
+      !sampling_math::IsFinite(in.config.penalty) ||
+      !(in.config.simulated_acceptance < 0.0f || in.config.simulated_acceptance <= 1.0f)) {
     return StepError(VerifyErrorCode::kBadShape, 0);
   }
   if (in.num_requests > 0 && (!in.first_token_positions || !in.seqlen_q)) {
@@ -324,6 +325,19 @@ VERDICT_HD float KeptLogprob(float z, float row_max, float mass) {
 // The uniform of the acceptance test of the row at `position`.
 VERDICT_HD float AcceptUniform(uint64_t seed, int64_t position) {
   return UniformOpen01(PhiloxDraw(seed, position, 0, RandomStream::kAccept, 0).v[0]);
+}
+
+// Whether a verify row's accept decision is simulated (verify_sampler.h):
+// golden ids still decide their rows.
+VERDICT_HD bool SimulatesAcceptance(const VerifyInputs& in, int32_t golden) {
+  return in.config.simulated_acceptance >= 0.0f && golden < 0;
+}
+
+// The simulated accept decision of the verify row at `position`: U < rate
+// with U from its own stream, so no other draw of the row is reused.
+VERDICT_HD bool SimulatedAccept(uint64_t seed, int64_t position, float rate) {
+  return UniformOpen01(
+             PhiloxDraw(seed, position, 0, RandomStream::kSimulatedAcceptance, 0).v[0]) < rate;
 }
 
 // The record of error `key`: the row it names and that row's request (for a

@@ -800,6 +800,209 @@ TEST(VerifySamplerTest, LogprobsAreTheProcessedTargetProbabilities) {
   }
 }
 
+// ---------------------------------------------------------------- simulated acceptance
+
+SamplerConfig SimulatedConfig(int32_t nextn, float rate) {
+  SamplerConfig config{.nextn = nextn};
+  config.simulated_acceptance = rate;
+  return config;
+}
+
+// The decision the sampler must make for the verify row at `position`: its
+// own stream, keyed by seed and absolute position only.
+bool ExpectedSimulatedAccept(uint64_t seed, int64_t position, float rate) {
+  return UniformOpen01(
+             PhiloxDraw(seed, position, 0, RandomStream::kSimulatedAcceptance, 0).v[0]) < rate;
+}
+
+// A request whose target rejects every draft on its own: q is one-hot at id
+// 0 (greedy: peaked there), the drafts are elsewhere.
+VerifyRequest DisagreeingRequest(int32_t v, int32_t drafts, bool greedy, uint64_t seed) {
+  VerifyRequest r;
+  r.temperature = greedy ? 0.0f : 1.0f;
+  for (int k = 0; k <= drafts; ++k) r.logits.push_back(greedy ? Peak(v, 0) : Certain(v, 0));
+  for (int k = 0; k < drafts; ++k) {
+    const int32_t d = 1 + (k % (v - 1));
+    r.draft_token_ids.push_back(d);
+    r.draft_probs.push_back(OneHotP(v, d));
+  }
+  r.seed = seed;
+  r.position = static_cast<int64_t>(seed % 977) * 7;
+  return r;
+}
+
+// Accepted drafts per step with rate a and L verified drafts: k < L with
+// chance a^k (1 - a), L with a^L; mean sum_{k=1..L} a^k = (1 - a^(L+1)) /
+// (1 - a) - 1. The tolerance is 5 standard errors of the mean of n steps,
+// from this distribution's variance.
+void ExpectSimulatedMeanLength(float rate, int32_t drafts, int32_t verify_len, bool greedy,
+                               uint64_t salt) {
+  const int32_t v = 16;
+  const int32_t l = verify_len >= 0 ? std::min(verify_len, drafts) : drafts;
+  const double a = rate;
+  double mean = 0, second = 0;
+  for (int k = 0; k <= l; ++k) {
+    const double pk = k < l ? std::pow(a, k) * (1 - a) : std::pow(a, l);
+    mean += k * pk;
+    second += static_cast<double>(k) * k * pk;
+  }
+  if (a < 1) EXPECT_NEAR(mean, (1 - std::pow(a, l + 1)) / (1 - a) - 1, 1e-12);
+  const int64_t n = 20000;
+  HostVerifyStep step(v, SimulatedConfig(drafts, rate));
+  for (int64_t t = 0; t < n; ++t) {
+    VerifyRequest r = DisagreeingRequest(v, drafts, greedy, salt * 1000003ull + t);
+    r.verify_len = verify_len;
+    step.Add(r);
+  }
+  const HostVerifyOutputs out = RunCpu(step);
+  double sum = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    ASSERT_LE(out.last_valid_offset[t], l);
+    sum += out.last_valid_offset[t];
+  }
+  const double sd = std::sqrt(std::max(second - mean * mean, 0.0));
+  EXPECT_NEAR(sum / n, mean, 5.0 * sd / std::sqrt(static_cast<double>(n)) + 1e-12)
+      << "rate " << rate << ", L = " << l << (greedy ? ", greedy" : ", sampled");
+}
+
+TEST(VerifySamplerSimulatedAcceptanceTest, MeanAcceptedDraftsMatchTheRate) {
+  // The target alone would accept none of these drafts.
+  ExpectSimulatedMeanLength(0.8f, 5, -1, /*greedy=*/false, 1);  // 2.69 drafts
+  ExpectSimulatedMeanLength(0.6f, 5, -1, /*greedy=*/false, 2);
+  ExpectSimulatedMeanLength(0.3f, 3, -1, /*greedy=*/false, 3);
+  ExpectSimulatedMeanLength(0.7f, 5, -1, /*greedy=*/true, 4);
+  // Cap-accept: the planned length bounds the simulated acceptance too.
+  ExpectSimulatedMeanLength(0.9f, 5, 2, /*greedy=*/false, 5);
+  ExpectSimulatedMeanLength(0.9f, 5, 0, /*greedy=*/true, 6);
+}
+
+TEST(VerifySamplerSimulatedAcceptanceTest, EachRowDrawsFromItsOwnStreamAtItsPosition) {
+  const int32_t v = 300;
+  const float rate = 0.5f;
+  std::mt19937_64 gen(21);
+  std::vector<VerifyRequest> requests;
+  for (int i = 0; i < 40; ++i) requests.push_back(RandomRequest(v, 1 + i % 5, 500 + i, gen));
+  HostVerifyStep step(v, SimulatedConfig(5, rate));
+  for (const auto& r : requests) step.Add(r);
+  const HostVerifyOutputs out = RunCpu(step);
+  int accepts = 0, rejects = 0;
+  for (int32_t i = 0; i < step.num_requests(); ++i) {
+    const VerifyRequest& r = requests[i];
+    const int32_t ftp = step.first_token_positions()[i];
+    for (int32_t k = 0; k < static_cast<int32_t>(r.draft_token_ids.size()); ++k) {
+      const bool expected = ExpectedSimulatedAccept(r.seed, r.position + k, rate);
+      EXPECT_EQ(out.raw_accept[ftp + k], expected ? 1 : 0) << "request " << i << " row " << k;
+      // An accepted row's token is its draft.
+      if (expected) EXPECT_EQ(out.candidate_token_ids[ftp + k], r.draft_token_ids[k]);
+      (expected ? accepts : rejects) += 1;
+    }
+  }
+  EXPECT_GT(accepts, 0);
+  EXPECT_GT(rejects, 0);
+  // Same inputs, same outputs; a request alone draws what it drew in the batch.
+  const HostVerifyOutputs again = RunCpu(step);
+  EXPECT_EQ(again.raw_accept, out.raw_accept);
+  EXPECT_EQ(again.candidate_token_ids, out.candidate_token_ids);
+  EXPECT_EQ(again.sampled_token_ids, out.sampled_token_ids);
+  HostVerifyStep alone(v, SimulatedConfig(5, rate));
+  alone.Add(requests[17]);
+  const HostVerifyOutputs one = RunCpu(alone);
+  const int32_t ftp = step.first_token_positions()[17];
+  for (int32_t k = 0; k < alone.total_q(); ++k) {
+    EXPECT_EQ(one.raw_accept[k], out.raw_accept[ftp + k]);
+    EXPECT_EQ(one.candidate_token_ids[k], out.candidate_token_ids[ftp + k]);
+  }
+  EXPECT_EQ(one.sampled_token_ids[0], out.sampled_token_ids[17]);
+}
+
+TEST(VerifySamplerSimulatedAcceptanceTest, RateZeroRejectsEveryDraftTheTargetWouldAccept) {
+  const int32_t v = 8;
+  HostVerifyStep step(v, SimulatedConfig(3, 0.0f));
+  for (const float temperature : {1.0f, 0.0f}) {
+    VerifyRequest r;
+    r.temperature = temperature;
+    r.draft_token_ids = {1, 2, 3};
+    // The target is sure of each draft: without simulation all three pass.
+    r.logits = {Certain(v, 1), Certain(v, 2), Certain(v, 3), Certain(v, 4)};
+    for (const int32_t d : r.draft_token_ids) r.draft_probs.push_back(OneHotP(v, d));
+    r.seed = 9;
+    step.Add(r);
+  }
+  const HostVerifyOutputs out = RunCpu(step);
+  EXPECT_THAT(out.raw_accept, ElementsAre(0, 0, 0, 1, 0, 0, 0, 1));
+  EXPECT_THAT(out.last_valid_offset, ElementsAre(0, 0));
+  EXPECT_THAT(out.is_final, ElementsAre(1, 0, 0, 0, 1, 0, 0, 0));
+  // The sampled row: the residual max(q - alpha p, 0) keeps (1 - alpha) of the
+  // draft's mass, the only mass there is; greedy takes the argmax.
+  EXPECT_THAT(out.sampled_token_ids, ElementsAre(1, 1));
+  EXPECT_THAT(out.num_generated_tokens, ElementsAre(0, 0, 0));
+  EXPECT_THAT(out.num_verified_tokens, ElementsAre(2, 2, 2));
+}
+
+TEST(VerifySamplerSimulatedAcceptanceTest, RateOneAcceptsUpToThePlannedLength) {
+  const int32_t v = 8;
+  HostVerifyStep step(v, SimulatedConfig(4, 1.0f));
+  VerifyRequest r;
+  r.draft_token_ids = {1, 2, 3, 5};
+  // The target gives every draft probability 0.
+  r.logits = {Certain(v, 6), Certain(v, 6), Certain(v, 6), Certain(v, 6), Certain(v, 7)};
+  for (const int32_t d : r.draft_token_ids) r.draft_probs.push_back(OneHotP(v, d));
+  step.Add(r);  // all four accepted, then the bonus row
+  r.verify_len = 2;
+  step.Add(r);  // cap-accept: two accepted, row 2 samples
+  r.verify_len = -1;
+  r.temperature = 0.0f;
+  r.stop_token_ids = {2};  // a stop among the simulated accepts
+  step.Add(r);
+  const HostVerifyOutputs out = RunCpu(step, /*confidence_stride=*/1);
+  EXPECT_THAT(out.last_valid_offset, ElementsAre(4, 2, 4));
+  EXPECT_THAT(out.sampled_token_ids, ElementsAre(7, 6, 7));
+  EXPECT_THAT(
+      std::vector<int32_t>(out.verified_token_ids.begin(), out.verified_token_ids.begin() + 5),
+      ElementsAre(1, 2, 3, 5, -1));
+  EXPECT_THAT(std::vector<uint8_t>(out.accept.begin() + 5, out.accept.begin() + 10),
+              ElementsAre(1, 1, 0, 0, 0));
+  EXPECT_THAT(std::vector<uint8_t>(out.is_verify.begin() + 5, out.is_verify.begin() + 10),
+              ElementsAre(1, 1, 0, 0, 0));
+  EXPECT_THAT(out.emitted_stop_token, ElementsAre(0, 0, 1));
+  EXPECT_THAT(out.next_draft_confidences, ElementsAre(1, 1, 0));
+  // Logprobs still say what the target thinks of the accepted tokens.
+  EXPECT_LT(out.token_logprobs[0], -1e29f);
+  EXPECT_THAT(out.num_generated_tokens, ElementsAre(3, 3, 2, 2));
+}
+
+TEST(VerifySamplerSimulatedAcceptanceTest, GoldenIdsStillDecideTheirRows) {
+  const int32_t v = 8;
+  HostVerifyStep step(v, SimulatedConfig(2, 0.0f));
+  VerifyRequest r;
+  r.draft_token_ids = {1, 2};
+  r.logits = {Certain(v, 1), Certain(v, 2), Certain(v, 3)};
+  for (const int32_t d : r.draft_token_ids) r.draft_probs.push_back(OneHotP(v, d));
+  r.golden_token_ids = {1, -1, -1};  // row 0 forced to its draft: accepted
+  step.Add(r);
+  const HostVerifyOutputs out = RunCpu(step);
+  EXPECT_EQ(out.raw_accept[0], 1);
+  EXPECT_EQ(out.raw_accept[1], 0);  // rate 0
+  EXPECT_EQ(out.last_valid_offset[0], 1);
+}
+
+TEST(VerifySamplerSimulatedAcceptanceTest, RateAboveOneOrNanIsRefused) {
+  for (const float rate : {1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    HostVerifyStep step(4, SimulatedConfig(1, rate));
+    VerifyRequest r;
+    r.logits = {Peak(4, 1), Peak(4, 2)};
+    r.draft_token_ids = {1};
+    r.draft_probs = {OneHotP(4, 1)};
+    step.Add(r);
+    const VerifyInputs in = step.Inputs();
+    HostVerifyOutputs out(in);
+    VerifyOutputs view = out.View();
+    const absl::Status status = VerifySampleCpu(in, &view);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << rate;
+    EXPECT_THAT(status.message(), HasSubstr("simulated acceptance")) << rate;
+  }
+}
+
 // ---------------------------------------------------------------- errors
 
 class VerifySamplerErrorTest : public ::testing::Test {

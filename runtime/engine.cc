@@ -2,24 +2,38 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "kernels/draft_sampler.h"
+#include "comm/create_communicator.h"
 #include "kernels/verify_sampler.h"
-#include "kernels/verify_step.h"
+#include "runtime/cuda_llama_model.h"
 #include "runtime/weights.h"
 #include "scheduler/cost_table.h"
 
 namespace verdict {
 namespace {
 
-// The draft proposes with its own random numbers: a seed derived from the
-// request's, so no draw is shared with the target's accept test, residual or
-// bonus at the same position (sharing would correlate proposal and
-// correction and bias the output).
-uint64_t DraftSeed(uint64_t seed) { return seed ^ 0x9E3779B97F4A7C15ull; }
+// --simulate-acceptance replaces the target's accept test: only where the
+// target's answers mean nothing anyway (dummy weights), and only as a
+// probability.
+absl::Status CheckSimulatedAcceptance(const EngineOptions& options, const ModelSource& target) {
+  const double rate = options.simulate_acceptance;
+  if (rate < 0) return absl::OkStatus();
+  if (!(rate <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--simulate-acceptance must be in [0, 1] (negative: off), got ", rate));
+  }
+  if (!target.dummy_weights) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--simulate-acceptance ", rate, " needs dummy weights (--load-format dummy): with the ",
+        "weights of ", target.dir, " the target's own accept test is the one to measure"));
+  }
+  return absl::OkStatus();
+}
 
 FinishReason ToFinishReason(StopReason reason) {
   return reason == StopReason::kLength ? FinishReason::kLength : FinishReason::kStop;
@@ -36,11 +50,15 @@ struct Engine::Request {
   bool speculative = false;  // drafts for this request
   int target_kv = -1;
   int draft_kv = -1;
-  // Positions whose keys and values are valid in each cache. The target's
-  // is always tokens.size() - 1: the last committed token is the input of
-  // the next step's first row.
-  int64_t target_valid = 0;
-  int64_t draft_valid = 0;
+  // Cache positions, step inputs and drafts are the executor's (the
+  // device's view, a step ahead of `tokens` under overlap). The caches are
+  // freed once the latest step whose job names the request is done.
+  int64_t last_step = 0;
+  bool on_device = false;  // registered with the executor, not yet released
+  // Overlap: the confidence signals of the drafts of the latest step whose
+  // results reached the CPU; they plan the request's next step. Empty
+  // before the first.
+  std::vector<float> lagged_signals;
   std::unique_ptr<StopChecker> stop;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;
   GenerationUsage usage;
@@ -65,10 +83,19 @@ Engine::~Engine() = default;
 
 absl::StatusOr<Engine::Model> Engine::LoadModel(const ModelSource& source,
                                                 const EngineOptions& options,
-                                                int speculative_slots, Communicator* comm) {
+                                                int speculative_slots, Communicator* comm,
+                                                Communicator* device_comm) {
   const int tp = comm->world_size();
   Model model;
-  absl::StatusOr<ModelConfig> config = LoadModelConfig(source.dir);
+  constexpr absl::string_view kBuiltin = "builtin:";
+  const bool builtin = absl::StartsWith(source.dir, kBuiltin);
+  if (builtin && !source.dummy_weights) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source.dir, " is a shape without weights: add --load-format dummy"));
+  }
+  absl::StatusOr<ModelConfig> config = builtin
+                                           ? BuiltinModelConfig(source.dir.substr(kBuiltin.size()))
+                                           : LoadModelConfig(source.dir);
   if (!config.ok()) return config.status();
   model.config = *std::move(config);
   if (absl::Status s = ValidateTensorParallel(model.config, tp); !s.ok()) return s;
@@ -86,10 +113,15 @@ absl::StatusOr<Engine::Model> Engine::LoadModel(const ModelSource& source,
       model.config, tp, num_blocks, options.max_running_requests, speculative_slots, block_size));
   if (!kv.ok()) return kv.status();
   model.kv = std::make_unique<KvCache>(*std::move(kv));
-  CpuModelOptions cpu;
-  cpu.num_threads = options.cpu_threads;
-  absl::StatusOr<std::unique_ptr<ModelRunner>> runner = CreateCpuLlamaModel(
-      model.config, *model.weights, model.kv.get(), tp > 1 ? comm : nullptr, cpu);
+  absl::StatusOr<std::unique_ptr<ModelRunner>> runner;
+  if (options.backend == ModelBackend::kCuda) {
+    runner = CreateCudaLlamaModel(model.config, *model.weights, model.kv.get(), device_comm);
+  } else {
+    CpuModelOptions cpu;
+    cpu.num_threads = options.cpu_threads;
+    runner = CreateCpuLlamaModel(model.config, *model.weights, model.kv.get(),
+                                 tp > 1 ? comm : nullptr, cpu);
+  }
   if (!runner.ok()) return runner.status();
   model.runner = *std::move(runner);
   return model;
@@ -107,19 +139,51 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   if (options.max_running_requests < 1 || options.max_waiting_requests < 0) {
     return absl::InvalidArgumentError("engine: request limits must be positive");
   }
+  if (absl::Status s = CheckSimulatedAcceptance(options, target); !s.ok()) return s;
   std::unique_ptr<Engine> engine(new Engine(options, comm));
   const bool speculative = options.speculation && draft.has_value();
+  if (options.simulate_acceptance >= 0 && !speculative && comm->rank() == 0) {
+    std::fprintf(stderr, "verdict: --simulate-acceptance ignored: speculation is off\n");
+  }
   // Every position a verify step may write past the committed tokens.
   const int slots = speculative ? options.num_draft_tokens + 1 : 1;
 
-  // The models' collectives go through the engine's timer too (TP metrics).
-  absl::StatusOr<Model> target_model = LoadModel(target, options, slots, engine->comm_);
+  // On the CUDA backend the models' collectives run over NCCL on device
+  // buffers; the control messages and plans stay on `comm`. NCCL picks the
+  // rank's GPU (one per rank on its host).
+  if (options.backend == ModelBackend::kCuda && comm->world_size() > 1) {
+    CommOptions nccl_options;
+    nccl_options.timeout = options.comm_timeout;
+    // Collectives are enqueued between the layers' kernels; the model waits
+    // (within the timeout) once per forward, not once per collective.
+    nccl_options.wait_for_completion = false;
+    absl::StatusOr<std::unique_ptr<Communicator>> nccl =
+        CreateCommunicator(Backend::kNccl, nccl_options);
+    if (!nccl.ok()) return nccl.status();
+    engine->device_comm_ = *std::move(nccl);
+  }
+  // The CPU models' collectives go through the engine's timer too (TP
+  // metrics). Under overlap the executor's thread runs the models while this
+  // thread broadcasts control messages and plans, so the models get a
+  // duplicate of `comm` (timed apart): two threads' collectives never
+  // interleave on one communicator.
+  Communicator* model_comm = engine->comm_;
+  if (options.overlap && options.backend == ModelBackend::kCpu && comm->world_size() > 1) {
+    absl::StatusOr<std::unique_ptr<Communicator>> dup = comm->Duplicate();
+    if (!dup.ok()) return dup.status();
+    engine->executor_comm_ = *std::move(dup);
+    engine->executor_timer_ = std::make_unique<TimedCommunicator>(engine->executor_comm_.get());
+    model_comm = engine->executor_timer_.get();
+  }
+  absl::StatusOr<Model> target_model =
+      LoadModel(target, options, slots, model_comm, engine->device_comm_.get());
   if (!target_model.ok()) return target_model.status();
   engine->target_model_ = *std::move(target_model);
   engine->target_ = engine->target_model_.runner.get();
   const ModelConfig& tc = engine->target_model_.config;
   if (speculative) {
-    absl::StatusOr<Model> draft_model = LoadModel(*draft, options, slots, engine->comm_);
+    absl::StatusOr<Model> draft_model =
+        LoadModel(*draft, options, slots, model_comm, engine->device_comm_.get());
     if (!draft_model.ok()) return draft_model.status();
     if (draft_model->config.vocab_size != tc.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -129,7 +193,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     engine->draft_model_ = *std::move(draft_model);
   }
 
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(target.dir);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      LoadTokenizer(target.tokenizer_dir.empty() ? target.dir : target.tokenizer_dir);
   if (!tokenizer.ok()) return tokenizer.status();
   engine->tokenizer_ = *std::move(tokenizer);
 
@@ -161,6 +226,25 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   absl::StatusOr<VerifyPlanner> vp = VerifyPlanner::Create(planner, std::move(table));
   if (!vp.ok()) return vp.status();
   engine->planner_ = std::make_unique<VerifyPlanner>(*std::move(vp));
+
+  StepExecutor::Options executor;
+  executor.gamma = options.num_draft_tokens;
+  executor.packed = options.verify_mode == VerifyMode::kCompact;
+  executor.vocab_size = tc.vocab_size;
+  executor.sampler.penalty = options.draft_prob_penalty;
+  executor.sampler.simulated_acceptance = static_cast<float>(options.simulate_acceptance);
+  if (options.backend == ModelBackend::kCuda) {
+    // The models have selected the rank's GPU on this thread.
+    absl::StatusOr<std::unique_ptr<DeviceSampling>> sampling =
+        DeviceSampling::Create(tc.vocab_size, options.num_draft_tokens);
+    if (!sampling.ok()) return sampling.status();
+    engine->device_sampling_ = *std::move(sampling);
+    executor.device_sampling = engine->device_sampling_.get();
+  }
+  engine->executor_ = std::make_unique<StepExecutor>(
+      executor, engine->target_,
+      engine->draft_model_.has_value() ? engine->draft_model_->runner.get() : nullptr,
+      engine->executor_timer_.get());
   return engine;
 }
 
@@ -238,6 +322,31 @@ void Engine::Cancel(const std::string& request_id) {
   cv_.notify_all();
 }
 
+absl::Status Engine::PinVerifyBudget(std::optional<double> fraction) {
+  if (comm_->rank() != 0) return absl::FailedPreconditionError("budget pins go to rank 0");
+  if (fraction.has_value()) {
+    const double rate = options_.simulate_acceptance;
+    if (rate >= 0 && rate != 1.0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot pin the verify budget under --simulate-acceptance ", rate,
+          " (only 1.0 or off; seeds/002_d567d7ab3f14fa00.txt, \"Cost table\")"));
+    }
+    if (options_.verify_mode == VerifyMode::kStatic) {
+      return absl::InvalidArgumentError(
+          "cannot pin the verify budget in static mode (it verifies every draft); use "
+          "--verify-mode compact or cap-accept");
+    }
+    if (!(*fraction >= 0.0 && *fraction <= 1.0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pinned budget fraction ", *fraction, " is outside [0, 1]"));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.budget_pin = BudgetPinChange{fraction};
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
 void Engine::Shutdown(absl::Time deadline) {
   std::lock_guard<std::mutex> lock(mu_);
   draining_ = true;
@@ -252,7 +361,7 @@ EngineStats Engine::stats() const {
 
 StepControl Engine::CollectControl() {
   std::unique_lock<std::mutex> lock(mu_);
-  const bool idle = running_.empty() && waiting_.empty();
+  const bool idle = running_.empty() && waiting_.empty() && steps_in_flight_.empty();
   if (idle && pending_.empty() && !draining_) {
     // Wake at least every 100 ms so the other ranks, blocked in the
     // broadcast, hear from rank 0 well inside the collective deadline.
@@ -280,6 +389,7 @@ absl::Status Engine::Run() {
   // tokens no loop will produce.
   auto fail = [this](const absl::Status& error) {
     loop_failed_.store(true);
+    DrainSteps();
     StepControl late;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -292,6 +402,7 @@ absl::Status Engine::Run() {
     while (!waiting_.empty()) Finish(*waiting_.front(), FinishReason::kError, error.ToString());
     return error;
   };
+  if (options_.overlap) executor_->Start();
   while (true) {
     if (comm_->world_size() > 1) {
       int32_t drain = drain_requested_local_.load() ? 1 : 0;
@@ -305,15 +416,34 @@ absl::Status Engine::Run() {
     StepControl control;
     if (comm_->rank() == 0) control = CollectControl();
     if (absl::Status s = BroadcastStepControl(*comm_, &control); !s.ok()) return fail(s);
+    if (control.budget_pin.has_value()) {
+      absl::Status s = planner_->SetPinnedBudgetFraction(control.budget_pin->fraction);
+      if (!s.ok()) return fail(s);
+    }
     const bool shutdown = control.shutdown;
     ApplyControl(std::move(control));
     if (shutdown) {
+      // The steps still in flight name finished requests only: their
+      // commit drops the tokens and keeps the counters and metrics whole.
+      while (!steps_in_flight_.empty()) {
+        absl::StatusOr<StepOutcome> outcome = executor_->Await();
+        PlannedStep step = std::move(steps_in_flight_.front());
+        steps_in_flight_.pop_front();
+        absl::Status s = outcome.ok() ? CommitStep(step, *outcome) : outcome.status();
+        if (!s.ok()) return fail(s);
+      }
+      DrainSteps();
       while (!running_.empty()) Finish(*running_.front(), FinishReason::kCancelled);
       while (!waiting_.empty()) Finish(*waiting_.front(), FinishReason::kCancelled);
       return absl::OkStatus();
     }
     Admit();
-    absl::Status step = running_.empty() ? absl::OkStatus() : Step();
+    absl::Status step = absl::OkStatus();
+    if (options_.overlap) {
+      step = StepOverlapped();
+    } else if (!running_.empty()) {
+      step = Step();
+    }
     // A failed step leaves the batch in an unknown state: fail its requests.
     if (!step.ok()) return fail(step);
     UpdateGauges();
@@ -378,113 +508,22 @@ void Engine::Admit() {
     waiting_.pop_front();
     admitted.push_back(running_.back().get());
   }
-  if (!admitted.empty()) {
-    if (absl::Status s = Prefill(admitted); !s.ok()) {
-      for (Request* r : admitted) Finish(*r, FinishReason::kError, s.ToString());
-    }
+  if (admitted.empty()) return;
+  std::vector<ExecutorRequest> on_device;
+  for (Request* r : admitted) on_device.push_back(ToExecutorRequest(*r));
+  if (options_.overlap) {
+    // The executor prefills them first thing in the next step's job, on
+    // its thread; a prefill error there fails that step, and the loop.
+    for (Request* r : admitted) r->on_device = true;
+    pending_admitted_.insert(pending_admitted_.end(), std::make_move_iterator(on_device.begin()),
+                             std::make_move_iterator(on_device.end()));
+    return;
   }
-}
-
-absl::Status Engine::Prefill(const std::vector<Request*>& admitted) {
-  // Every prompt token but the last: the last is the first row of the
-  // request's first decode step.
-  ForwardBatch target_batch, draft_batch;
-  for (Request* r : admitted) {
-    if (r->prompt_len < 2) continue;
-    ForwardRequest fr;
-    fr.start_position = 0;
-    fr.token_ids = absl::MakeConstSpan(r->tokens.data(), r->prompt_len - 1);
-    fr.num_logits = 0;
-    fr.kv_handle = r->target_kv;
-    target_batch.requests.push_back(fr);
-    if (r->speculative) {
-      fr.kv_handle = r->draft_kv;
-      draft_batch.requests.push_back(fr);
-    }
+  if (absl::Status s = executor_->Admit(on_device); !s.ok()) {
+    for (Request* r : admitted) Finish(*r, FinishReason::kError, s.ToString());
+    return;
   }
-  if (!target_batch.requests.empty()) {
-    if (absl::Status s = target_->Forward(target_batch, nullptr); !s.ok()) return s;
-  }
-  if (!draft_batch.requests.empty()) {
-    if (absl::Status s = draft_model_->runner->Forward(draft_batch, nullptr); !s.ok()) return s;
-  }
-  for (Request* r : admitted) {
-    r->target_valid = r->prompt_len - 1;
-    if (r->speculative) r->draft_valid = r->prompt_len - 1;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Engine::ProposeDrafts(const std::vector<Request*>& batch,
-                                   const std::vector<bool>& spec, std::vector<int32_t>* drafts,
-                                   std::vector<float>* probs, std::vector<float>* signals) {
-  const int vocab = target_model_.config.vocab_size;
-  const int g = gamma_;
-  std::vector<int> rows;  // batch index of each speculative request
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (spec[i]) rows.push_back(static_cast<int>(i));
-  }
-  const int n = static_cast<int>(rows.size());
-  std::vector<float> logits(static_cast<size_t>(n) * vocab);
-  std::vector<float> temperatures(n), top_ps(n), step_probs(static_cast<size_t>(n) * vocab),
-      step_signals(n);
-  std::vector<int32_t> top_ks(n), step_tokens(n);
-  std::vector<uint64_t> seeds(n);
-  std::vector<int64_t> positions(n);
-  for (int s = 0; s < n; ++s) {
-    const SamplingParams& p = batch[rows[s]]->req.params;
-    temperatures[s] = p.temperature;
-    top_ks[s] = p.top_k;
-    top_ps[s] = p.top_p;
-    seeds[s] = DraftSeed(batch[rows[s]]->seed);
-  }
-  for (int j = 0; j < g; ++j) {
-    ForwardBatch fb;
-    for (int s = 0; s < n; ++s) {
-      Request& r = *batch[rows[s]];
-      const int64_t last = static_cast<int64_t>(r.tokens.size()) - 1;
-      ForwardRequest fr;
-      fr.kv_handle = r.draft_kv;
-      fr.num_logits = 1;
-      if (j == 0) {
-        // Catch up on every committed token the draft has not seen: after a
-        // fully accepted step that is the last draft and the bonus token.
-        fr.start_position = r.draft_valid;
-        fr.token_ids = absl::MakeConstSpan(r.tokens.data() + r.draft_valid,
-                                           r.tokens.size() - r.draft_valid);
-      } else {
-        fr.start_position = last + j;
-        fr.token_ids = absl::MakeConstSpan(drafts->data() + rows[s] * g + j - 1, 1);
-      }
-      positions[s] = last + j;  // the position of the row's input token
-      fb.requests.push_back(fr);
-    }
-    if (absl::Status st = draft_model_->runner->Forward(fb, logits.data()); !st.ok()) return st;
-    DraftSampleInputs in;
-    in.num_rows = n;
-    in.vocab_size = vocab;
-    in.logits = logits.data();
-    in.temperatures = temperatures.data();
-    in.top_ks = top_ks.data();
-    in.top_ps = top_ps.data();
-    in.seeds = seeds.data();
-    in.positions = positions.data();
-    DraftSampleOutputs out{step_tokens.data(), step_probs.data(), step_signals.data()};
-    if (absl::Status st = DraftSampleCpu(in, &out); !st.ok()) return st;
-    for (int s = 0; s < n; ++s) {
-      const int64_t slot = static_cast<int64_t>(rows[s]) * g + j;
-      (*drafts)[slot] = step_tokens[s];
-      (*signals)[slot] = step_signals[s];
-      std::copy_n(step_probs.data() + static_cast<int64_t>(s) * vocab, vocab,
-                  probs->data() + slot * vocab);
-    }
-  }
-  for (int s = 0; s < n; ++s) {
-    Request& r = *batch[rows[s]];
-    // Written through the input of draft g - 1; trimmed after the verify.
-    r.draft_valid = static_cast<int64_t>(r.tokens.size()) - 1 + g;
-  }
-  return absl::OkStatus();
+  for (Request* r : admitted) r->on_device = true;
 }
 
 absl::Status Engine::CheckPlanAcrossRanks(const VerifyPlan& plan) {
@@ -532,49 +571,68 @@ absl::Status Engine::CheckPlanAcrossRanks(const VerifyPlan& plan) {
   return absl::OkStatus();
 }
 
-absl::Status Engine::Step() {
+std::vector<Engine::Request*> Engine::RunningBatch() {
   std::vector<Request*> batch;
   for (auto& r : running_) batch.push_back(r.get());
+  return batch;
+}
+
+Engine::Request* Engine::FindRunning(int64_t order) {
+  for (auto& r : running_) {
+    if (r->order == order) return r.get();
+  }
+  return nullptr;
+}
+
+ExecutorRequest Engine::ToExecutorRequest(const Request& r) const {
+  ExecutorRequest e;
+  const SamplingParams& p = r.req.params;
+  e.id = r.order;
+  e.prompt_token_ids = r.tokens;
+  e.target_kv = r.target_kv;
+  e.draft_kv = r.draft_kv;
+  e.speculative = r.speculative;
+  e.max_draft_tokens = p.max_draft_tokens;
+  e.max_tokens = p.max_tokens;
+  e.temperature = p.temperature;
+  e.top_k = p.top_k;
+  e.top_p = p.top_p;
+  e.seed = r.seed;
+  // The sampler flags a request whose emitted tokens hold one of these
+  // (emitted_stop_token), so the step after it drafts nothing for it.
+  e.stop_token_ids = r.stop->conditions().eos_token_ids;
+  e.stop_token_ids.insert(e.stop_token_ids.end(), p.stop_token_ids.begin(),
+                          p.stop_token_ids.end());
+  return e;
+}
+
+StepJob Engine::NewJob(const std::vector<Request*>& batch) {
+  StepJob job;
+  job.step = stats_.steps;
+  job.released = std::move(pending_released_);
+  pending_released_.clear();
+  for (Request* r : batch) {
+    job.batch.push_back(r->order);
+    r->last_step = job.step;
+  }
+  job.verify_lens.assign(batch.size(), 1);
+  return job;
+}
+
+absl::Status Engine::PlanStep(const std::vector<Request*>& batch,
+                              absl::Span<const double> confidences, PlannedStep* step) {
   const int b = static_cast<int>(batch.size());
   const int g = gamma_;
-  const int vocab = target_model_.config.vocab_size;
-  {
-    // Only this thread writes stats_; stats() copies it from other threads
-    // under mu_, so every write holds mu_ (reads here need not).
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.steps;
-  }
-  const int64_t collective_start = collective_timer_->nanoseconds();  // metrics
-
-  std::vector<bool> spec(b);
-  bool any_spec = false;
-  for (int i = 0; i < b; ++i) {
-    spec[i] = batch[i]->speculative;
-    any_spec = any_spec || spec[i];
-  }
-
-  // 1. Drafts, their distributions and confidence signals.
-  std::vector<int32_t> drafts(static_cast<size_t>(b) * g, 0);
-  std::vector<float> signals(static_cast<size_t>(b) * g, 0.0f);
-  std::vector<float> draft_probs;
-  if (any_spec) {
-    draft_probs.assign(static_cast<size_t>(b) * g * vocab, 0.0f);
-    if (absl::Status s = ProposeDrafts(batch, spec, &drafts, &draft_probs, &signals); !s.ok()) {
-      return s;
-    }
-  }
-
-  // 2. Confidences and the plan, on every rank; rank 0's lengths are used.
-  std::vector<double> confidences(static_cast<size_t>(b) * g, 0.0);
-  if (absl::Status s = estimator_->Score(signals, absl::MakeSpan(confidences)); !s.ok()) return s;
   std::vector<int32_t> max_verify_lens(b);
   std::vector<uint8_t> flags(b, 0);
   for (int i = 0; i < b; ++i) {
     const SamplingParams& p = batch[i]->req.params;
+    // Under overlap the CPU's count may be a step behind the device's; the
+    // executor caps the plan again with its own.
     const int64_t left = p.max_tokens - batch[i]->num_generated();
     int cap = p.max_draft_tokens >= 0 ? std::min(g, p.max_draft_tokens) : g;
     max_verify_lens[i] = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(cap + 1, left)));
-    if (!spec[i]) flags[i] = kSpeculationDisabled;
+    if (!batch[i]->speculative) flags[i] = kSpeculationDisabled;
   }
   PlannerInput input;
   input.confidences = confidences;
@@ -591,144 +649,215 @@ absl::Status Engine::Step() {
       return s;
     }
   }
+  step->batch.clear();
+  for (Request* r : batch) step->batch.push_back(r->order);
+  step->reason = plan_.reason;
+  step->budget = plan_.budget;
+  step->predicted_seconds = plan_.predicted_step_seconds;
+  step->pinned_budget_fraction = planner_->options().pinned_budget_fraction;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.last_verify_lens = verify_lens;
+  }
+  step->verify_lens = std::move(verify_lens);
+  return absl::OkStatus();
+}
 
-  // 3. The target verifies: static and cap-accept run the full block,
-  //    compact only the planned rows.
-  const bool packed = options_.verify_mode == VerifyMode::kCompact;
-  std::vector<int32_t> ftp(b), seqlen(b), sampler_cutoff(b), top_ks(b), stop_offsets(b + 1, 0);
-  std::vector<int64_t> positions(b);
-  std::vector<float> temperatures(b), top_ps(b);
-  std::vector<uint64_t> seeds(b);
-  std::vector<int32_t> verify_tokens, verify_drafts, stop_ids;
-  std::vector<float> verify_probs;
-  ForwardBatch fb;
-  int32_t total_q = 0;
-  for (int i = 0; i < b; ++i) {
-    Request& r = *batch[i];
-    const int64_t last = static_cast<int64_t>(r.tokens.size()) - 1;
-    const int rows = !spec[i] ? 1 : (packed ? verify_lens[i] : g + 1);
-    ftp[i] = total_q;
-    seqlen[i] = rows;
-    total_q += rows;
-    sampler_cutoff[i] = spec[i] ? verify_lens[i] - 1 : 0;
-    positions[i] = last;
-    temperatures[i] = r.req.params.temperature;
-    top_ks[i] = r.req.params.top_k;
-    top_ps[i] = r.req.params.top_p;
-    seeds[i] = r.seed;
-    // The sampler flags a request whose emitted tokens hold one of these
-    // (emitted_stop_token), so the step after it drafts nothing for it.
-    for (int32_t id : r.stop->conditions().eos_token_ids) stop_ids.push_back(id);
-    for (int32_t id : r.req.params.stop_token_ids) stop_ids.push_back(id);
-    stop_offsets[i + 1] = static_cast<int32_t>(stop_ids.size());
-    verify_tokens.push_back(r.tokens.back());
-    for (int k = 0; k + 1 < rows; ++k) {
-      const int64_t slot = static_cast<int64_t>(i) * g + k;
-      verify_tokens.push_back(drafts[slot]);
-      verify_drafts.push_back(drafts[slot]);
-      verify_probs.insert(verify_probs.end(), draft_probs.begin() + slot * vocab,
-                          draft_probs.begin() + (slot + 1) * vocab);
+absl::Status Engine::Step() {
+  std::vector<Request*> batch = RunningBatch();
+  const int b = static_cast<int>(batch.size());
+  const int g = gamma_;
+  {
+    // Only this thread writes stats_; stats() copies it from other threads
+    // under mu_, so every write holds mu_ (reads here need not).
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.steps;
+  }
+  const int64_t collective_start = collective_timer_->nanoseconds();  // metrics
+
+  // 1. Drafts, their distributions and confidence signals.
+  StepJob job = NewJob(batch);
+  StepOutcome outcome;
+  if (absl::Status s = executor_->ProposeDrafts(job, &outcome); !s.ok()) return s;
+
+  // 2. The fresh drafts' confidences and the plan, on every rank; rank 0's
+  //    lengths are used.
+  std::vector<double> confidences(static_cast<size_t>(b) * g, 0.0);
+  if (absl::Status s = estimator_->Score(outcome.signals, absl::MakeSpan(confidences)); !s.ok()) {
+    return s;
+  }
+  PlannedStep step;
+  if (absl::Status s = PlanStep(batch, confidences, &step); !s.ok()) return s;
+  job.verify_lens = step.verify_lens;
+
+  // 3. The target verifies the planned rows; the fused sampler accepts.
+  if (absl::Status s = executor_->Verify(job, &outcome); !s.ok()) return s;
+  step.collective_nanoseconds = collective_timer_->nanoseconds() - collective_start;
+
+  // 4. Commit, observe, finish.
+  return CommitStep(step, outcome);
+}
+
+absl::Status Engine::StepOverlapped() {
+  const bool plan = !running_.empty();
+  if (plan) {
+    std::vector<Request*> batch = RunningBatch();
+    const int b = static_cast<int>(batch.size());
+    const int g = gamma_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.steps;
+    }
+    const int64_t collective_start = collective_timer_->nanoseconds();  // metrics
+    // This step's drafts do not exist yet (the executor proposes them when
+    // it runs the step), so each request is planned from its latest drafts
+    // whose results have reached the CPU: one or two steps old. A request
+    // without any yet counts its drafts as sure, as the estimator's prior
+    // does (it verifies them all).
+    std::vector<float> signals(static_cast<size_t>(b) * g, 0.0f);
+    for (int i = 0; i < b; ++i) {
+      const std::vector<float>& lagged = batch[i]->lagged_signals;
+      std::copy(lagged.begin(), lagged.end(), signals.begin() + static_cast<int64_t>(i) * g);
+    }
+    std::vector<double> confidences(signals.size(), 0.0);
+    if (absl::Status s = estimator_->Score(signals, absl::MakeSpan(confidences)); !s.ok()) {
+      return s;
+    }
+    for (int i = 0; i < b; ++i) {
+      if (batch[i]->lagged_signals.empty()) {
+        std::fill_n(confidences.begin() + static_cast<int64_t>(i) * g, g, 1.0);
+      }
+    }
+    PlannedStep step;
+    if (absl::Status s = PlanStep(batch, confidences, &step); !s.ok()) return s;
+    StepJob job = NewJob(batch);
+    job.admitted = std::move(pending_admitted_);
+    pending_admitted_.clear();
+    job.verify_lens = step.verify_lens;
+    step.collective_nanoseconds = collective_timer_->nanoseconds() - collective_start;
+    executor_->Enqueue(std::move(job));
+    steps_in_flight_.push_back(std::move(step));
+  }
+  // The previous step's tokens reach the CPU now, while the device runs the
+  // step just enqueued.
+  if (steps_in_flight_.size() > (plan ? 1u : 0u)) {
+    absl::StatusOr<StepOutcome> outcome = executor_->Await();
+    PlannedStep step = std::move(steps_in_flight_.front());
+    steps_in_flight_.pop_front();
+    if (!outcome.ok()) return outcome.status();
+    return CommitStep(step, *outcome);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::CommitStep(const PlannedStep& step, const StepOutcome& outcome) {
+  // The executor is done with this step's job: caches of requests that no
+  // later job names go back.
+  completed_step_ = outcome.step;
+  FreeRetiredKv();
+  const int b = static_cast<int>(step.batch.size());
+  const int g = gamma_;
+  // Metrics: the drafts' confidences as the estimator scores them before it
+  // folds this step (with overlap off, the ones the plan used).
+  std::vector<double> confidences;
+  if (metrics_ != nullptr) {
+    confidences.assign(static_cast<size_t>(b) * g, 0.0);
+    if (absl::Status s = estimator_->Score(outcome.signals, absl::MakeSpan(confidences));
+        !s.ok()) {
+      return s;
     }
   }
-  int32_t offset = 0;
-  for (int i = 0; i < b; ++i) {
-    ForwardRequest fr;
-    fr.kv_handle = batch[i]->target_kv;
-    fr.start_position = positions[i];
-    fr.token_ids = absl::MakeConstSpan(verify_tokens.data() + offset, seqlen[i]);
-    fr.num_logits = seqlen[i];
-    fb.requests.push_back(fr);
-    offset += seqlen[i];
-  }
-  std::vector<float> logits(static_cast<size_t>(total_q) * vocab);
-  // Metrics: the measured verify time (target forward + sampler), what the
-  // cost table predicts.
-  const absl::Time verify_start = absl::Now();
-  if (absl::Status s = target_->Forward(fb, logits.data()); !s.ok()) return s;
-
-  // 4. The fused sampler: acceptance, residual or bonus, accepted prefix.
-  VerifyInputs in;
-  in.num_requests = b;
-  in.total_q = total_q;
-  in.vocab_size = vocab;
-  in.logits = logits.data();
-  in.first_token_positions = ftp.data();
-  in.seqlen_q = seqlen.data();
-  in.positions = positions.data();
-  in.verify_lens = sampler_cutoff.data();
-  in.draft_token_ids = verify_drafts.data();
-  in.draft_probs = verify_probs.data();
-  in.draft_vocab_size = vocab;
-  in.temperatures = temperatures.data();
-  in.top_ks = top_ks.data();
-  in.top_ps = top_ps.data();
-  in.seeds = seeds.data();
-  in.stop_token_offsets = stop_offsets.data();
-  in.stop_token_ids = stop_ids.data();
-  in.config.penalty = options_.draft_prob_penalty;
-  in.config.nextn = g;
-  HostVerifyOutputs sampled_step(in);
-  VerifyOutputs out = sampled_step.View();
-  if (absl::Status s = VerifySampleCpu(in, &out); !s.ok()) return s;
-  const int64_t verify_ns = absl::ToInt64Nanoseconds(absl::Now() - verify_start);  // metrics
-
-  // 5. Commit, observe, finish.
   std::vector<VerifyObservation> observations;
   std::vector<Request*> finished;
+  std::vector<uint8_t> committed(b, 0);
+  CountStopSkipped(outcome);
   for (int i = 0; i < b; ++i) {
-    Request& r = *batch[i];
-    const int accepted = sampled_step.last_valid_offset[i];
-    const int64_t n_before = static_cast<int64_t>(r.tokens.size());
-    std::vector<int32_t> tokens;
-    std::vector<float> logprobs;
-    for (int k = 0; k < accepted; ++k) {
-      tokens.push_back(sampled_step.verified_token_ids[ftp[i] + k]);
-      logprobs.push_back(sampled_step.token_logprobs[ftp[i] + k]);
-    }
-    tokens.push_back(sampled_step.sampled_token_ids[i]);
-    logprobs.push_back(sampled_step.token_logprobs[ftp[i] + accepted]);
-    if (spec[i]) {
-      const int drafts_verified = verify_lens[i] - 1;
-      r.usage.draft_tokens += g;
-      r.usage.accepted_tokens += accepted;
-      ++r.usage.verify_steps;
+    Request* r = FindRunning(step.batch[i]);
+    // Finished after this step was planned (overlap): the device ran it
+    // past its end, and those tokens are dropped.
+    if (r == nullptr) continue;
+    committed[i] = 1;
+    const int accepted = outcome.accepted[i];
+    const auto first = outcome.token_offsets[i], end = outcome.token_offsets[i + 1];
+    const std::vector<int32_t> tokens(outcome.tokens.begin() + first, outcome.tokens.begin() + end);
+    const std::vector<float> logprobs(outcome.logprobs.begin() + first,
+                                      outcome.logprobs.begin() + end);
+    if (outcome.drafted[i]) {
+      const int drafts_verified = outcome.verify_lens[i] - 1;
+      r->usage.draft_tokens += g;
+      r->usage.accepted_tokens += accepted;
+      ++r->usage.verify_steps;
       {
         std::lock_guard<std::mutex> lock(mu_);
         stats_.drafted += g;
         stats_.verified += drafts_verified;
         stats_.accepted += accepted;
+        if (accepted < drafts_verified) ++stats_.rejected;
         ++stats_.spec_steps;
       }
+      const absl::Span<const float> signals(outcome.signals.data() + static_cast<int64_t>(i) * g,
+                                            g);
       VerifyObservation o;
-      o.request_id = r.order;
-      o.draft_signals = absl::MakeConstSpan(signals.data() + static_cast<int64_t>(i) * g, g);
+      o.request_id = r->order;
+      o.draft_signals = signals;
       o.num_verified_drafts = drafts_verified;
       o.accepted_drafts = accepted;
       observations.push_back(o);
-      // Draft entries past the accepted prefix are stale; re-fed next step.
-      r.draft_valid = n_before + std::min(accepted, g - 1);
+      if (options_.overlap) r->lagged_signals.assign(signals.begin(), signals.end());
     }
-    r.target_valid = n_before + accepted;
-    if (Commit(r, tokens, logprobs)) finished.push_back(&r);
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.last_verify_lens = verify_lens;
+    if (Commit(*r, tokens, logprobs)) finished.push_back(r);
   }
   // Metrics: this rank's running figures (every rank; sent with the plan
-  // check), then rank 0's report of the step.
-  const int64_t step_collective_ns = collective_timer_->nanoseconds() - collective_start;
-  verify_nanoseconds_ += verify_ns;
+  // check), then rank 0's report of the step. Under overlap the models'
+  // collectives run on the executor's communicator, timed apart.
+  const int64_t step_collective_ns = step.collective_nanoseconds + outcome.collective_nanoseconds;
+  verify_nanoseconds_ += outcome.verify_nanoseconds;
   step_collective_nanoseconds_ += step_collective_ns;
   if (metrics_ != nullptr) {
-    RecordStepMetrics(batch, spec, verify_lens, confidences, sampled_step.last_valid_offset,
-                      total_q, verify_ns * 1e-9, step_collective_ns * 1e-9);
+    RecordStepMetrics(step, outcome, committed, confidences, step_collective_ns * 1e-9);
+  }
+  if (step_observer_) {
+    step_observer_(StepTiming{outcome.step, b, outcome.verify_tokens, step.budget, step.reason,
+                              step.pinned_budget_fraction, outcome.verify_nanoseconds * 1e-9});
   }
   if (!observations.empty()) {
     if (absl::Status s = estimator_->Observe(observations); !s.ok()) return s;
   }
   for (Request* r : finished) Finish(*r, ToFinishReason(r->stop->reason()));
   return absl::OkStatus();
+}
+
+void Engine::CountStopSkipped(const StepOutcome& outcome) {
+  const int64_t skipped = std::count(outcome.stop_skipped.begin(), outcome.stop_skipped.end(), 1);
+  if (skipped == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.stop_skipped_steps += skipped;
+}
+
+void Engine::DrainSteps() {
+  // Every rank runs the steps it enqueued to the end, so that the models'
+  // collectives match across ranks; an executor that failed ends the rest
+  // at once. Their tokens are dropped (the loop is ending); what the device
+  // did is still counted.
+  while (!steps_in_flight_.empty()) {
+    absl::StatusOr<StepOutcome> outcome = executor_->Await();
+    steps_in_flight_.pop_front();
+    if (outcome.ok()) CountStopSkipped(*outcome);
+  }
+  executor_->Stop();
+  completed_step_ = stats_.steps;
+  FreeRetiredKv();
+}
+
+void Engine::FreeRetiredKv() {
+  auto done = [this](const RetiredKv& kv) { return kv.last_step <= completed_step_; };
+  for (const RetiredKv& kv : retired_kv_) {
+    if (!done(kv)) continue;
+    if (kv.target_kv >= 0) (void)target_model_.kv->Free(kv.target_kv);
+    if (kv.draft_kv >= 0) (void)draft_model_->kv->Free(kv.draft_kv);
+  }
+  retired_kv_.erase(std::remove_if(retired_kv_.begin(), retired_kv_.end(), done),
+                    retired_kv_.end());
 }
 
 void Engine::UpdateGauges() {
@@ -767,33 +896,33 @@ void Engine::set_metrics(ServingMetrics* metrics) {
   metrics_->Configure(info);
 }
 
-void Engine::RecordStepMetrics(const std::vector<Request*>& batch, const std::vector<bool>& spec,
-                               const std::vector<int32_t>& verify_lens,
+void Engine::RecordStepMetrics(const PlannedStep& step, const StepOutcome& outcome,
+                               const std::vector<uint8_t>& committed,
                                const std::vector<double>& confidences,
-                               const std::vector<int32_t>& accepted, int64_t verify_tokens,
-                               double verify_seconds, double collective_seconds) {
+                               double collective_seconds) {
   const int g = gamma_;
   std::vector<DraftOutcome> drafts;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (!spec[i]) continue;
-    const int verified = verify_lens[i] - 1;
-    drafts.push_back(DraftOutcome{g, verified, accepted[i]});
+  for (size_t i = 0; i < step.batch.size(); ++i) {
+    if (!committed[i] || !outcome.drafted[i]) continue;
+    const int verified = outcome.verify_lens[i] - 1;
+    const int accepted = outcome.accepted[i];
+    drafts.push_back(DraftOutcome{g, verified, accepted});
     // Draft j's confidence is the chance of its acceptance given drafts
     // 0..j-1 accepted, so its outcomes are the accepted prefix and the first
     // rejected draft; later drafts say nothing about theirs. Only fitted
     // positions count: an unfitted one scores its prior, not a prediction.
-    for (int j = 0; j < verified && j <= accepted[i]; ++j) {
+    for (int j = 0; j < verified && j <= accepted; ++j) {
       if (!estimator_->position(j).fitted) continue;
-      metrics_->RecordCalibration(j, confidences[i * g + j], j < accepted[i]);
+      metrics_->RecordCalibration(j, confidences[i * g + j], j < accepted);
     }
   }
   StepRecord record;
-  record.plan_reason = PlanReasonName(plan_.reason);
-  record.planned_budget = plan_.budget;
+  record.plan_reason = PlanReasonName(step.reason);
+  record.planned_budget = step.budget;
   record.full_block_drafts = static_cast<int64_t>(drafts.size()) * g;
-  record.verify_tokens = verify_tokens;
-  record.verify_seconds = verify_seconds;
-  record.predicted_seconds = plan_.predicted_step_seconds;
+  record.verify_tokens = outcome.verify_tokens;
+  record.verify_seconds = outcome.verify_nanoseconds * 1e-9;
+  record.predicted_seconds = step.predicted_seconds;
   record.collective_seconds = collective_seconds;
   record.drafts = drafts;
   metrics_->RecordStep(record);
@@ -891,8 +1020,11 @@ void Engine::Emit(Request& r, std::vector<int32_t> tokens, std::vector<float> lo
 
 void Engine::Finish(Request& r, FinishReason reason, const std::string& error) {
   Emit(r, std::move(r.unsent_tokens), std::move(r.unsent_logprobs), true, reason, error);
-  if (r.target_kv >= 0) (void)target_model_.kv->Free(r.target_kv);
-  if (r.draft_kv >= 0) (void)draft_model_->kv->Free(r.draft_kv);
+  if (r.on_device) pending_released_.push_back(r.order);
+  // The caches go back once no step that names the request can still run
+  // (under overlap, the step planned before this one's results arrived).
+  retired_kv_.push_back(RetiredKv{r.last_step, r.target_kv, r.draft_kv});
+  FreeRetiredKv();
   auto match = [&](const std::unique_ptr<Request>& p) { return p.get() == &r; };
   if (auto it = std::find_if(running_.begin(), running_.end(), match); it != running_.end()) {
     running_.erase(it);

@@ -11,6 +11,28 @@
 //   -> each accepted token is appended with its stop checks.
 // Positions advance by accepted tokens; the draft's cache is reconciled by
 // re-feeding the tokens it has not seen (at most two after a step).
+//
+// The step has a CPU half, here (batch membership, caps, confidences, the
+// plan, its broadcast and check, then the commit: stop checks, streaming,
+// the estimator's update), and a device half, the StepExecutor
+// (runtime/step_executor.h: prefill, drafts, verify forward, sampler, and
+// the device's own view of each request's tokens and positions).
+//
+// Overlap scheduling (--overlap on; docs/architecture.md): the CPU plans
+// step N+1 while the executor's worker thread runs step N. Each iteration
+// enqueues the step it planned, then commits the step before it:
+//   plan N+1 (from confidences one or two steps old) -> enqueue N+1
+//   -> await N -> commit N (stop checks, stream, observe, finish)
+// so step N's tokens reach the CPU one step later. The executor fixes step
+// N+1's positions and inputs from step N's accepted counts, caps the plan by
+// the tokens the device knows are left, and gives a request whose step N
+// emitted a stop token no drafts in step N+1 (EngineStats::
+// stop_skipped_steps). Tokens the device produced for a request the CPU has
+// already finished are dropped; its caches are freed only once the last
+// step that names it is done. The pipeline's shape depends on nothing but
+// the step count, so every rank plans from the same state and plans alike;
+// the models' collectives run on the executor's own communicator (a
+// duplicate), the control messages and plans on `comm`.
 #ifndef VERDICT_RUNTIME_ENGINE_H_
 #define VERDICT_RUNTIME_ENGINE_H_
 
@@ -18,6 +40,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,6 +52,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "comm/communicator.h"
 #include "monitoring/collective_timer.h"
 #include "monitoring/metrics.h"
@@ -36,6 +60,7 @@
 #include "runtime/kv_cache.h"
 #include "runtime/llama_model.h"
 #include "runtime/step_control.h"
+#include "runtime/step_executor.h"
 #include "runtime/tokenizer.h"
 #include "scheduler/acceptance_estimator.h"
 #include "scheduler/stop_checker.h"
@@ -45,10 +70,17 @@ namespace verdict {
 
 // Where a model's weights come from.
 struct ModelSource {
-  std::string dir;            // Hugging Face layout: config.json, *.safetensors
+  // Hugging Face layout (config.json, *.safetensors), or "builtin:NAME" for
+  // a public model's shape (BuiltinModelConfig), which needs dummy weights.
+  std::string dir;
   bool dummy_weights = false; // --load-format dummy: seeded random weights
   uint64_t dummy_seed = 0;
+  std::string tokenizer_dir;  // the target's tokenizer.model; empty: `dir`
 };
+
+// Where the models run. Both backends compute the same forward pass
+// (llama_model.h); the CUDA one takes one GPU per rank.
+enum class ModelBackend { kCpu, kCuda };
 
 struct EngineOptions {
   int num_draft_tokens = 5;  // gamma
@@ -63,6 +95,19 @@ struct EngineOptions {
   uint64_t seed = 0;                // seeds requests that bring none
   int plan_check_interval = 64;     // steps between cross-rank plan checks
   int cpu_threads = 0;              // 0: all cores
+  // In [0, 1]: every verified draft is accepted with this chance instead of
+  // by the target (kernels/verify_sampler.h, simulated acceptance), so that
+  // dummy weights give realistic acceptance lengths in benchmarks. Refused
+  // unless the target's weights are dummy; ignored, with a log line, when
+  // speculation is off (nothing is drafted). Negative: off.
+  double simulate_acceptance = -1;
+  // Overlap scheduling: the CPU plans step N+1 while a worker thread runs
+  // step N (see the top of this file). Off by default: every plan then uses
+  // the fresh drafts' confidences, and steps run one at a time.
+  bool overlap = false;
+  ModelBackend backend = ModelBackend::kCpu;
+  // The longest one device collective (NCCL) may take.
+  absl::Duration comm_timeout = absl::Seconds(30);
 };
 
 // Running totals, for `verdict generate` and tests.
@@ -72,10 +117,30 @@ struct EngineStats {
   int64_t drafted = 0;           // draft tokens proposed
   int64_t verified = 0;          // draft tokens verified
   int64_t accepted = 0;          // draft tokens accepted
+  // Request-steps that rejected a verified draft. Each verified draft up to
+  // the first reject is one accept test, so accepted / (accepted + rejected)
+  // is the per-draft acceptance rate.
+  int64_t rejected = 0;
   int64_t generated = 0;         // tokens committed
+  // Request-steps that drafted nothing because the request's previous step
+  // emitted a stop token on the device: under overlap, a step planned
+  // before that stop reached the CPU (seed 000).
+  int64_t stop_skipped_steps = 0;
   int64_t plan_checks = 0;
   int64_t plan_mismatches = 0;
   std::vector<int32_t> last_verify_lens;  // the latest step's plan
+};
+
+// One decode step as a rank saw it (Engine::set_step_observer): what
+// `verdict profile` measures the cost table from.
+struct StepTiming {
+  int64_t step = 0;           // decode steps so far, this one included
+  int batch_size = 0;         // requests in the step
+  int64_t verify_tokens = 0;  // target rows the verify ran
+  int64_t budget = 0;         // drafts the plan verifies
+  PlanReason plan_reason = PlanReason::kEmptyBatch;
+  std::optional<double> pinned_budget_fraction;  // the planner's pin for the step
+  double verify_seconds = 0;  // target forward and sampler, this rank's clock
 };
 
 class Engine : public GenerationService {
@@ -113,12 +178,28 @@ class Engine : public GenerationService {
   // configures `metrics` with the engine's mode, gamma and TP degree.
   void set_metrics(ServingMetrics* metrics);
 
+  // Rank 0: pins the planner's verify budget to `fraction` of the block's
+  // drafts (nullopt unpins). The pin travels with the next StepControl, so
+  // every rank applies it before the same step. Refused in static mode,
+  // outside [0, 1], and under a simulated acceptance other than 1 (as the
+  // scheduler of seeds/002_d567d7ab3f14fa00.txt, "Cost table", refuses it).
+  absl::Status PinVerifyBudget(std::optional<double> fraction);
+
+  // Every rank: called on the loop thread after each decode step. Set before
+  // Run.
+  void set_step_observer(std::function<void(const StepTiming&)> observer) {
+    step_observer_ = std::move(observer);
+  }
+
   // False once the loop has stopped on an error (/ready then says 503).
   bool ready() const { return !loop_failed_.load(); }
   int rank() const { return comm_->rank(); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelConfig& target_config() const { return target_->config(); }
   int64_t max_model_len() const { return max_model_len_; }
+  const EngineOptions& options() const { return options_; }
+  // Whether requests draft (a draft model and speculation on).
+  bool speculative() const { return draft_model_.has_value(); }
   EngineStats stats() const;
 
  private:
@@ -133,18 +214,55 @@ class Engine : public GenerationService {
   Engine(const EngineOptions& options, Communicator* comm);
 
   static absl::StatusOr<Model> LoadModel(const ModelSource& source, const EngineOptions& options,
-                                         int speculative_slots, Communicator* comm);
+                                         int speculative_slots, Communicator* comm,
+                                         Communicator* device_comm);
   absl::Status ValidateRequest(const GenerationRequest& request) const;
 
   // Rank 0: the next control message; waits briefly when idle.
   StepControl CollectControl();
   void ApplyControl(StepControl control);
   void Admit();
-  absl::Status Prefill(const std::vector<Request*>& admitted);
+  // One decode step, overlap off: drafts, the plan from their fresh
+  // confidences, verify, commit.
   absl::Status Step();
-  absl::Status ProposeDrafts(const std::vector<Request*>& batch, const std::vector<bool>& spec,
-                             std::vector<int32_t>* drafts, std::vector<float>* probs,
-                             std::vector<float>* signals);
+  // Overlap on: plans and enqueues the next step (if any request runs), then
+  // awaits and commits the one before it.
+  absl::Status StepOverlapped();
+  // Overlap: awaits every step still in flight (dropping its outcome) and
+  // stops the executor's worker; then frees the retired caches.
+  void DrainSteps();
+  // What the commit of a planned step needs (the planner's state has moved
+  // on by then under overlap).
+  struct PlannedStep {
+    std::vector<int64_t> batch;        // request orders, batch order
+    std::vector<int32_t> verify_lens;  // rank 0's plan
+    PlanReason reason = PlanReason::kEmptyBatch;
+    int64_t budget = 0;
+    double predicted_seconds = 0;
+    std::optional<double> pinned_budget_fraction;
+    int64_t collective_nanoseconds = 0;  // this thread's, while planning
+  };
+  // Caches of a finished request, freed once step `last_step` is done.
+  struct RetiredKv {
+    int64_t last_step = 0;
+    int target_kv = -1;
+    int draft_kv = -1;
+  };
+  std::vector<Request*> RunningBatch();
+  Request* FindRunning(int64_t order);
+  ExecutorRequest ToExecutorRequest(const Request& request) const;
+  // The job of a new step over `batch` (the releases since the last one).
+  StepJob NewJob(const std::vector<Request*>& batch);
+  // The CPU half of a step's start: caps and flags, the plan from
+  // `confidences`, the plan check, rank 0's verify lengths on every rank.
+  absl::Status PlanStep(const std::vector<Request*>& batch, absl::Span<const double> confidences,
+                        PlannedStep* step);
+  // Appends a step's tokens to the requests still running, with their stop
+  // checks, updates the counters and the estimator, finishes requests.
+  absl::Status CommitStep(const PlannedStep& step, const StepOutcome& outcome);
+  void FreeRetiredKv();
+  // EngineStats::stop_skipped_steps, from every step the executor ran.
+  void CountStopSkipped(const StepOutcome& outcome);
   absl::Status CheckPlanAcrossRanks(const VerifyPlan& plan);
   // Appends one step's tokens to a request with the stop checks; returns
   // true if the request finished.
@@ -156,21 +274,28 @@ class Engine : public GenerationService {
   void Emit(Request& request, std::vector<int32_t> tokens, std::vector<float> logprobs,
             bool finished, FinishReason reason, const std::string& error);
 
-  // Metrics only (rank 0 with metrics set): one decode step's figures.
-  // Called before the estimator folds the step, so that its state is the one
-  // that scored `confidences`.
-  void RecordStepMetrics(const std::vector<Request*>& batch, const std::vector<bool>& spec,
-                         const std::vector<int32_t>& verify_lens,
-                         const std::vector<double>& confidences,
-                         const std::vector<int32_t>& accepted, int64_t verify_tokens,
-                         double verify_seconds, double collective_seconds);
+  // Metrics only (rank 0 with metrics set): one decode step's figures, for
+  // the requests whose tokens were committed. Called before the estimator
+  // folds the step, so that its state is the one that scored `confidences`
+  // (the step's drafts).
+  void RecordStepMetrics(const PlannedStep& step, const StepOutcome& outcome,
+                         const std::vector<uint8_t>& committed,
+                         const std::vector<double>& confidences, double collective_seconds);
 
   const EngineOptions options_;
   // Every collective of the engine and its models goes through this timer
   // (for the TP metrics); comm_ points at it.
   std::unique_ptr<TimedCommunicator> collective_timer_;
   Communicator* comm_;
+  // The CUDA backend's tensor-parallel collectives (NCCL on the models'
+  // streams); null on the CPU backend and at TP 1.
+  std::unique_ptr<Communicator> device_comm_;
+  // Overlap on the CPU backend at TP > 1: the models' collectives, on the
+  // executor's thread (a duplicate of `comm`), and their timer.
+  std::unique_ptr<Communicator> executor_comm_;
+  std::unique_ptr<TimedCommunicator> executor_timer_;
   ServingMetrics* metrics_ = nullptr;
+  std::function<void(const StepTiming&)> step_observer_;
   std::atomic<bool> drain_requested_local_{false};
   std::atomic<bool> drain_requested_any_{false};
   std::atomic<bool> loop_failed_{false};
@@ -188,6 +313,19 @@ class Engine : public GenerationService {
   std::vector<std::unique_ptr<Request>> running_;
   int64_t next_order_ = 0;
   VerifyPlan plan_;
+  // The CUDA backend's samplers (null on the CPU backend); the executor
+  // uses them, so they go after it.
+  std::unique_ptr<DeviceSampling> device_sampling_;
+  // The device half of the step; declared after the models, so that its
+  // worker stops before they go.
+  std::unique_ptr<StepExecutor> executor_;
+  // Overlap: steps enqueued and not yet committed, oldest first; the
+  // admissions and releases the next job carries.
+  std::deque<PlannedStep> steps_in_flight_;
+  std::vector<ExecutorRequest> pending_admitted_;
+  std::vector<int64_t> pending_released_;
+  int64_t completed_step_ = 0;  // the latest step whose outcome was awaited
+  std::vector<RetiredKv> retired_kv_;
   EngineStats stats_;
   // This rank's cumulative figures for the TP metrics, sent to rank 0 with
   // the plan check. Never read by the loop's decisions.

@@ -4,11 +4,14 @@
 #include <filesystem>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "comm/create_communicator.h"
 
 ABSL_FLAG(std::string, model, "",
-          "target model directory (Hugging Face layout); default: the bundled models/target");
+          "target model directory (Hugging Face layout), or builtin:NAME for a public model's "
+          "shape with --load-format dummy (llama-3.1-8b, llama-3.2-1b, qwen3-0.6b); default: "
+          "the bundled models/target");
 ABSL_FLAG(std::string, draft, "",
           "draft model directory; default: the bundled models/draft when --model is unset");
 ABSL_FLAG(std::string, load_format, "auto",
@@ -22,6 +25,10 @@ ABSL_FLAG(std::string, verify_mode, "static",
           "static (verify every draft), cap-accept (verify every draft, accept at most the "
           "planned length) or compact (verify only the planned rows)");
 ABSL_FLAG(std::string, speculation, "on", "on: speculative decoding; off: autoregressive");
+ABSL_FLAG(std::string, overlap, "off",
+          "on: overlap scheduling, the CPU plans step N+1 (from confidences one or two steps "
+          "old) while a worker thread runs step N; off: one step at a time, planned from its "
+          "fresh drafts");
 ABSL_FLAG(int, max_running_requests, 64, "requests decoded together at most");
 ABSL_FLAG(int, max_waiting_requests, 1024, "requests queued beyond the running ones at most");
 ABSL_FLAG(int64_t, max_model_len, 0, "context length; 0: the target's max_position_embeddings");
@@ -32,7 +39,16 @@ ABSL_FLAG(uint64_t, seed, 0, "seeds the requests that bring no seed of their own
 ABSL_FLAG(int, plan_check_interval, 64,
           "steps between comparisons of the ranks' plans (1: every step)");
 ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend; 0: all cores");
+ABSL_FLAG(std::string, tokenizer, "",
+          "directory of the tokenizer.model; default: the target's, or the bundled one for a "
+          "builtin:NAME target shape");
+ABSL_FLAG(std::string, backend, "cpu",
+          "where the models run: cpu (float32, any machine) or cuda (bf16, one GPU per rank)");
 ABSL_FLAG(double, comm_timeout, 30, "seconds a collective may take before every rank aborts");
+ABSL_FLAG(double, simulate_acceptance, -1,
+          "benchmarks at real shapes: accept every verified draft with this probability (0 to 1) "
+          "instead of the target's test; needs --load-format dummy; ignored with --speculation "
+          "off; negative: off");
 
 namespace verdict {
 
@@ -50,7 +66,8 @@ std::string TargetModelDirFromFlags() {
   return ResolveModelDir(model.empty() ? "models/target" : model);
 }
 
-absl::StatusOr<EngineRuntime> StartEngineFromFlags() {
+absl::StatusOr<EngineRuntime> StartEngineFromFlags(
+    const std::function<absl::Status(EngineOptions*)>& adjust_options) {
   EngineRuntime rt;
   absl::StatusOr<std::shared_ptr<MpiSession>> mpi = MpiSession::Acquire();
   if (!mpi.ok()) return mpi.status();
@@ -79,6 +96,12 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags() {
         absl::StrCat("--speculation must be on or off, got '", speculation, "'"));
   }
   options.speculation = speculation == "on";
+  const std::string overlap = absl::GetFlag(FLAGS_overlap);
+  if (overlap != "on" && overlap != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--overlap must be on or off, got '", overlap, "'"));
+  }
+  options.overlap = overlap == "on";
   options.max_running_requests = absl::GetFlag(FLAGS_max_running_requests);
   options.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
   options.max_model_len = absl::GetFlag(FLAGS_max_model_len);
@@ -87,6 +110,14 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags() {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.plan_check_interval = absl::GetFlag(FLAGS_plan_check_interval);
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  options.simulate_acceptance = absl::GetFlag(FLAGS_simulate_acceptance);
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend != "cpu" && backend != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend must be cpu or cuda, got '", backend, "'"));
+  }
+  options.backend = backend == "cuda" ? ModelBackend::kCuda : ModelBackend::kCpu;
+  options.comm_timeout = comm_options.timeout;
 
   const std::string load_format = absl::GetFlag(FLAGS_load_format);
   if (load_format != "auto" && load_format != "dummy") {
@@ -97,8 +128,15 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags() {
   std::string draft = absl::GetFlag(FLAGS_draft);
   if (model.empty() && draft.empty()) draft = "models/draft";
   ModelSource target{TargetModelDirFromFlags(), load_format == "dummy", 1};
+  target.tokenizer_dir = ResolveModelDir(absl::GetFlag(FLAGS_tokenizer));
+  if (target.tokenizer_dir.empty() && absl::StartsWith(target.dir, "builtin:")) {
+    target.tokenizer_dir = ResolveModelDir("models/target");
+  }
   std::optional<ModelSource> draft_source;
   if (!draft.empty()) draft_source = ModelSource{ResolveModelDir(draft), load_format == "dummy", 2};
+  if (adjust_options) {
+    if (absl::Status s = adjust_options(&options); !s.ok()) return s;
+  }
   absl::StatusOr<std::unique_ptr<Engine>> engine =
       Engine::Create(options, target, draft_source, rt.comm.get());
   if (!engine.ok()) return engine.status();

@@ -4,6 +4,7 @@
 #ifndef VERDICT_RUNTIME_ENGINE_FLAGS_H_
 #define VERDICT_RUNTIME_ENGINE_FLAGS_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,7 +25,11 @@ struct EngineRuntime {
 
 // Reads the engine flags, starts MPI and the communicator, loads the models.
 // Without --model the bundled pair (models/target, models/draft) is used.
-absl::StatusOr<EngineRuntime> StartEngineFromFlags();
+// `adjust_options`, if set, sees the flags' engine options before the models
+// load, and may change them or refuse them (a command with settings of its
+// own, as `verdict profile`).
+absl::StatusOr<EngineRuntime> StartEngineFromFlags(
+    const std::function<absl::Status(EngineOptions*)>& adjust_options = nullptr);
 
 // The target model directory --model names (the bundled one by default),
 // resolved as ResolveModelDir does.

@@ -2,10 +2,12 @@
 // draft/target pair (models/), and a statistical test on a tiny random pair.
 #include "runtime/engine.h"
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "comm/local_communicator.h"
@@ -72,14 +74,17 @@ TEST_F(EngineTest, ReferenceRunsToTheTokenLimit) {
 }
 
 // Seed 000: at temperature 0 speculative decoding emits exactly the target's
-// greedy tokens, whatever the plan; 16 requests decode together.
-class GreedyEquivalenceTest : public EngineTest,
-                              public ::testing::WithParamInterface<VerifyMode> {};
+// greedy tokens, whatever the plan, with overlap scheduling on and off; 16
+// requests decode together.
+class GreedyEquivalenceTest
+    : public EngineTest,
+      public ::testing::WithParamInterface<std::tuple<VerifyMode, bool>> {};
 
 TEST_P(GreedyEquivalenceTest, SpeculativeEqualsAutoregressive) {
   LocalCommunicator comm;
   EngineOptions options;
-  options.verify_mode = GetParam();
+  options.verify_mode = std::get<0>(GetParam());
+  options.overlap = std::get<1>(GetParam());
   std::unique_ptr<Engine> engine = MakeEngine(&comm, options);
   ASSERT_NE(engine, nullptr);
   EngineHarness harness(engine.get());
@@ -101,19 +106,48 @@ TEST_P(GreedyEquivalenceTest, SpeculativeEqualsAutoregressive) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, GreedyEquivalenceTest,
-                         ::testing::Values(VerifyMode::kStatic, VerifyMode::kCapAccept,
-                                           VerifyMode::kCompact),
+                         ::testing::Combine(::testing::Values(VerifyMode::kStatic,
+                                                              VerifyMode::kCapAccept,
+                                                              VerifyMode::kCompact),
+                                            ::testing::Bool()),
                          [](const auto& info) {
-                           std::string name(VerifyModeName(info.param));
+                           std::string name(VerifyModeName(std::get<0>(info.param)));
                            name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
-                           return name;
+                           return name + (std::get<1>(info.param) ? "_overlap" : "");
                          });
+
+// The engine's behaviour that overlap scheduling must keep: each test runs
+// with overlap off and on.
+class EngineOverlapTest : public EngineTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  EngineOptions Options() const {
+    EngineOptions options;
+    options.overlap = GetParam();
+    return options;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Overlap, EngineOverlapTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "on" : "off"; });
+
+// Overlap: speculation off runs the same pipeline, one row per request.
+TEST_P(EngineOverlapTest, AutoregressiveEqualsTheReference) {
+  LocalCommunicator comm;
+  std::unique_ptr<Engine> engine = MakeEngine(&comm, Options(), /*speculation=*/false);
+  ASSERT_NE(engine, nullptr);
+  EngineHarness harness(engine.get());
+  std::vector<CollectedOutput> outputs = harness.GenerateAll(GreedyRequests(*engine, kMaxTokens));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    EXPECT_EQ(outputs[i].token_ids, (*reference_)[i].token_ids) << "prompt " << kPrompts[i];
+  }
+  EXPECT_EQ(engine->stats().generated, static_cast<int64_t>(std::size(kPrompts)) * kMaxTokens);
+}
 
 // Requests that join while others run, and a request that turns
 // speculation off or caps its drafts, still produce the reference tokens.
-TEST_F(EngineTest, RequestsJoiningMidRunAndPerRequestSwitchesLoseNoTokens) {
+TEST_P(EngineOverlapTest, RequestsJoiningMidRunAndPerRequestSwitchesLoseNoTokens) {
   LocalCommunicator comm;
-  std::unique_ptr<Engine> engine = MakeEngine(&comm, EngineOptions());
+  std::unique_ptr<Engine> engine = MakeEngine(&comm, Options());
   ASSERT_NE(engine, nullptr);
   EngineHarness harness(engine.get());
   std::vector<GenerationRequest> requests = GreedyRequests(*engine, kMaxTokens);
@@ -141,9 +175,15 @@ TEST_F(EngineTest, RequestsJoiningMidRunAndPerRequestSwitchesLoseNoTokens) {
 
 // Seed 000: a stop on an accepted draft drops the drafts after it and the
 // sampled token. The stop id is a token the reference emits mid-output.
-TEST_F(EngineTest, StopTokenEndsOutputAndDropsLaterTokens) {
+//
+// The device flags the stop when it emits it (emitted_stop_token). With
+// overlap on, the request's next step is already planned by then: the
+// executor gives it no drafts there (one per request, since each request
+// runs alone), and the tokens of that step never reach the output. With
+// overlap off the CPU finishes the request before planning another step.
+TEST_P(EngineOverlapTest, StopTokenEndsOutputAndDropsLaterTokens) {
   LocalCommunicator comm;
-  std::unique_ptr<Engine> engine = MakeEngine(&comm, EngineOptions());
+  std::unique_ptr<Engine> engine = MakeEngine(&comm, Options());
   ASSERT_NE(engine, nullptr);
   EngineHarness harness(engine.get());
   std::vector<GenerationRequest> requests = GreedyRequests(*engine, kMaxTokens);
@@ -162,11 +202,23 @@ TEST_F(EngineTest, StopTokenEndsOutputAndDropsLaterTokens) {
     ++checked;
   }
   EXPECT_EQ(checked, static_cast<int>(std::size(kPrompts)));
+  int64_t drafted = 0;
+  for (const GenerationRequest& r : requests) drafted += harness.output(r.id).usage.draft_tokens;
+  // The last request's skipped step may still be running: read the counters
+  // once the loop has ended.
+  harness.Stop();
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.stop_skipped_steps, GetParam() ? checked : 0);
+  // The dropped steps' drafts are not counted: every counted draft belongs
+  // to a committed step.
+  EXPECT_EQ(stats.drafted, drafted);
 }
 
-TEST_F(EngineTest, StopStringCutsTheText) {
+// A stop string is a CPU-only stop: under overlap the device runs the
+// request one step past it, and those tokens are dropped.
+TEST_P(EngineOverlapTest, StopStringCutsTheText) {
   LocalCommunicator comm;
-  std::unique_ptr<Engine> engine = MakeEngine(&comm, EngineOptions());
+  std::unique_ptr<Engine> engine = MakeEngine(&comm, Options());
   ASSERT_NE(engine, nullptr);
   EngineHarness harness(engine.get());
   GenerationRequest request = GreedyRequests(*engine, kMaxTokens)[0];
@@ -178,9 +230,9 @@ TEST_F(EngineTest, StopStringCutsTheText) {
   EXPECT_EQ(out[0].text, text.substr(0, text.find(stop)));
 }
 
-TEST_F(EngineTest, CancelEndsTheRequestAndFreesItsCache) {
+TEST_P(EngineOverlapTest, CancelEndsTheRequestAndFreesItsCache) {
   LocalCommunicator comm;
-  std::unique_ptr<Engine> engine = MakeEngine(&comm, EngineOptions());
+  std::unique_ptr<Engine> engine = MakeEngine(&comm, Options());
   ASSERT_NE(engine, nullptr);
   EngineHarness harness(engine.get());
   GenerationRequest request = GreedyRequests(*engine, 900)[0];
@@ -238,6 +290,61 @@ TEST_F(EngineTest, SameSeedSameSampledOutput) {
   }
   for (int i = 0; i < 4; ++i) EXPECT_EQ(runs[i], runs[4 + i]) << i;
   EXPECT_NE(runs[0], runs[1]);
+}
+
+// --simulate-acceptance on dummy weights at the bundled shapes: every
+// verified draft up to a request-step's first reject is one accept test with
+// the simulated rate, so accepted / (accepted + rejected) estimates it; the
+// tolerance is 5 binomial standard errors of that many tests. Greedy and
+// sampled requests alike.
+TEST(EngineSimulatedAcceptanceTest, MeasuredAcceptanceRateIsTheSimulatedRate) {
+  constexpr double kRate = 0.6;
+  LocalCommunicator comm;
+  EngineOptions options;
+  options.simulate_acceptance = kRate;
+  options.cpu_threads = 2;
+  options.kv_cache_tokens = 8192;
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(options, ModelSource{"models/target", true, 1},
+                     ModelSource{"models/draft", true, 2}, &comm);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EngineHarness harness(engine->get());
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    requests.push_back(TextRequest(**engine, "a" + std::to_string(i), kPrompts[i], 96,
+                                   i % 2 == 0 ? 0.0f : 1.0f, 300 + i));
+    requests.back().params.ignore_eos = true;
+  }
+  for (const CollectedOutput& out : harness.GenerateAll(requests)) {
+    EXPECT_EQ(out.finish_reason, FinishReason::kLength) << out.error;
+  }
+  const EngineStats stats = (*engine)->stats();
+  const double tests = static_cast<double>(stats.accepted + stats.rejected);
+  ASSERT_GT(tests, 400);
+  EXPECT_NEAR(stats.accepted / tests, kRate, 5.0 * std::sqrt(kRate * (1 - kRate) / tests))
+      << stats.accepted << " accepted, " << stats.rejected << " rejected";
+}
+
+TEST(EngineSimulatedAcceptanceTest, RefusedWithRealWeightsOrOutsideZeroOne) {
+  LocalCommunicator comm;
+  EngineOptions options;
+  options.simulate_acceptance = 0.6;
+  options.kv_cache_tokens = 8192;
+  absl::StatusOr<std::unique_ptr<Engine>> real = Engine::Create(
+      options, ModelSource{"models/target"}, ModelSource{"models/draft"}, &comm);
+  EXPECT_EQ(real.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(real.status().message()), ::testing::HasSubstr("dummy weights"));
+  options.simulate_acceptance = 1.5;
+  absl::StatusOr<std::unique_ptr<Engine>> above =
+      Engine::Create(options, ModelSource{"models/target", true, 1},
+                     ModelSource{"models/draft", true, 2}, &comm);
+  EXPECT_EQ(above.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(above.status().message()), ::testing::HasSubstr("[0, 1]"));
+  // Speculation off: nothing to accept; started, with a log line.
+  options.simulate_acceptance = 0.6;
+  options.speculation = false;
+  EXPECT_TRUE(Engine::Create(options, ModelSource{"models/target", true, 1}, std::nullopt, &comm)
+                  .ok());
 }
 
 // Seed 000: speculative sampling is lossless. On a tiny random pair whose

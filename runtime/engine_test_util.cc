@@ -12,7 +12,10 @@ EngineHarness::EngineHarness(Engine* engine) : engine_(engine) {
   });
 }
 
-EngineHarness::~EngineHarness() {
+EngineHarness::~EngineHarness() { Stop(); }
+
+void EngineHarness::Stop() {
+  if (!loop_.joinable()) return;
   if (engine_->rank() == 0) engine_->Shutdown();
   loop_.join();
 }

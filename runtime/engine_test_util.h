@@ -31,6 +31,9 @@ class EngineHarness {
   explicit EngineHarness(Engine* engine);
   // Shuts the engine down and joins the loop.
   ~EngineHarness();
+  // The same, earlier: the engine's counters are final afterwards. Every
+  // rank calls it; idempotent.
+  void Stop();
 
   // Rank 0: submits and returns immediately.
   absl::Status Submit(GenerationRequest request);

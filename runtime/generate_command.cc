@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "runtime/engine_flags.h"
 
@@ -14,6 +15,8 @@ ABSL_FLAG(double, temperature, 0.0, "generate: sampling temperature (0 = greedy)
 ABSL_FLAG(double, top_p, 1.0, "generate: nucleus sampling mass");
 ABSL_FLAG(int, top_k, 0, "generate: keep the k most likely tokens (0 = all)");
 ABSL_FLAG(int64_t, request_seed, -1, "generate: the request's seed (-1: from --seed)");
+ABSL_FLAG(bool, print_token_ids, false,
+          "generate: also print the prompt's and the completion's token ids on stderr");
 
 namespace verdict {
 
@@ -43,6 +46,7 @@ int RunGenerateCommand(absl::Span<char* const> positional) {
     std::condition_variable cv;
     bool done = false;
     GenerationEvent last;
+    std::vector<int32_t> completion_ids;
     if (submit.ok()) {
       request.prompt_token_ids = *ids;
       request.params.max_tokens = absl::GetFlag(FLAGS_max_tokens);
@@ -55,6 +59,8 @@ int RunGenerateCommand(absl::Span<char* const> positional) {
       submit = engine.Submit(std::move(request), [&](const GenerationEvent& event) {
         std::fputs(event.text.c_str(), stdout);
         std::fflush(stdout);
+        completion_ids.insert(completion_ids.end(), event.token_ids.begin(),
+                              event.token_ids.end());
         if (event.finished) {
           std::lock_guard<std::mutex> lock(mu);
           last = event;
@@ -74,6 +80,10 @@ int RunGenerateCommand(absl::Span<char* const> positional) {
     if (!submit.ok()) {
       std::fprintf(stderr, "verdict generate: %s\n", submit.ToString().c_str());
       return 1;
+    }
+    if (absl::GetFlag(FLAGS_print_token_ids)) {
+      std::fprintf(stderr, "prompt_token_ids=%s\ncompletion_token_ids=%s\n",
+                   absl::StrJoin(*ids, ",").c_str(), absl::StrJoin(completion_ids, ",").c_str());
     }
     const EngineStats stats = engine.stats();
     const GenerationUsage& u = last.usage;

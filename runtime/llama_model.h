@@ -59,9 +59,14 @@ class ModelRunner {
   // Runs the batch and writes num_logit_rows() x vocab_size float32 logits,
   // requests in batch order, each request's rows in position order. Every
   // tensor-parallel rank calls Forward with the same batch and receives the
-  // same full-vocabulary logits. `logits` lives where the backend computes
-  // (host memory for the CPU backend). One Forward at a time per model.
+  // same full-vocabulary logits. `logits` is host memory, or device memory
+  // on a backend whose logits_on_device_ok() is true. One Forward at a time
+  // per model; it returns once the logits are written.
   virtual absl::Status Forward(const ForwardBatch& batch, float* logits) = 0;
+
+  // True when Forward may also write its logits to device memory (the CUDA
+  // backend), so that device samplers read them in place.
+  virtual bool logits_on_device_ok() const { return false; }
 };
 
 struct CpuModelOptions {

@@ -17,6 +17,7 @@
 #include "runtime/bench_command.h"
 #include "runtime/command_line.h"
 #include "runtime/generate_command.h"
+#include "runtime/profile_command.h"
 #include "runtime/serve_command.h"
 #include "scheduler/plan_command.h"
 
@@ -44,6 +45,8 @@ const Command kCommands[] = {
     {"plan", "print the verify plan for one step (--cost-table, --input, --mode)", &RunPlanCommand},
     {"bench", "load-test a running server over a concurrency sweep (--bench-url)",
      &RunBenchCommand},
+    {"profile", "measure the cost table on the engine (--profile-batch-sizes, --profile-out)",
+     &RunProfileCommand},
 };
 
 int RunHelp(absl::Span<char* const>) {

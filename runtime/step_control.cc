@@ -112,6 +112,11 @@ std::string SerializeStepControl(const StepControl& control) {
   }
   w.Pod<uint64_t>(control.cancelled.size());
   for (const std::string& id : control.cancelled) w.String(id);
+  w.Pod<uint8_t>(control.budget_pin.has_value());
+  if (control.budget_pin.has_value()) {
+    w.Pod<uint8_t>(control.budget_pin->fraction.has_value());
+    w.Pod<double>(control.budget_pin->fraction.value_or(0.0));
+  }
   return w.Take();
 }
 
@@ -130,6 +135,16 @@ absl::StatusOr<StepControl> ParseStepControl(std::string_view bytes) {
   ok = ok && r.Pod(&num_cancelled) && num_cancelled <= bytes.size();
   if (ok) control.cancelled.resize(num_cancelled);
   for (uint64_t i = 0; ok && i < num_cancelled; ++i) ok = r.String(&control.cancelled[i]);
+  uint8_t has_pin = 0, pinned = 0;
+  double fraction = 0.0;
+  ok = ok && r.Pod(&has_pin) && has_pin <= 1;
+  if (ok && has_pin) {
+    ok = r.Pod(&pinned) && pinned <= 1 && r.Pod(&fraction);
+    if (ok) {
+      control.budget_pin = BudgetPinChange{};
+      if (pinned) control.budget_pin->fraction = fraction;
+    }
+  }
   if (!ok || !r.done()) {
     return absl::DataLossError(
         absl::StrCat("step control message of ", bytes.size(), " bytes is malformed"));

@@ -53,6 +53,38 @@ TEST(StepControlTest, RoundTripsEveryField) {
   EXPECT_EQ(parsed->cancelled, control.cancelled);
 }
 
+TEST(StepControlTest, BudgetPinChangesRoundTrip) {
+  StepControl none;
+  absl::StatusOr<StepControl> parsed = ParseStepControl(SerializeStepControl(none));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->budget_pin.has_value());
+  EXPECT_TRUE(parsed->empty());
+
+  StepControl pin;
+  pin.budget_pin = BudgetPinChange{0.375};
+  EXPECT_FALSE(pin.empty());
+  parsed = ParseStepControl(SerializeStepControl(pin));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->budget_pin.has_value());
+  ASSERT_TRUE(parsed->budget_pin->fraction.has_value());
+  EXPECT_EQ(*parsed->budget_pin->fraction, 0.375);
+
+  StepControl unpin;
+  unpin.budget_pin = BudgetPinChange{std::nullopt};
+  unpin.cancelled = {"a"};
+  parsed = ParseStepControl(SerializeStepControl(unpin));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->budget_pin.has_value());
+  EXPECT_FALSE(parsed->budget_pin->fraction.has_value());
+  EXPECT_EQ(parsed->cancelled, unpin.cancelled);
+
+  // Every truncation of a message with a pin is refused too.
+  const std::string bytes = SerializeStepControl(pin);
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    EXPECT_FALSE(ParseStepControl(bytes.substr(0, cut)).ok()) << "cut at " << cut;
+  }
+}
+
 TEST(StepControlTest, TruncatedOrPaddedMessagesAreRefused) {
   StepControl control;
   ArrivedRequest a;

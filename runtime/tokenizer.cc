@@ -103,6 +103,11 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer* tokenizer,
 }
 
 absl::StatusOr<std::string> IncrementalDetokenizer::Append(int32_t id) {
+  if (id < 0) return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is negative"));
+  // A model may have more ids than its tokenizer has pieces (padded
+  // embedding rows; dummy-weight benchmarks at real shapes with a small
+  // tokenizer). Those ids have no text.
+  if (id >= tokenizer_->vocab_size()) return std::string();
   ids_.push_back(id);
   return Emit(/*final=*/false);
 }

@@ -66,7 +66,8 @@ class IncrementalDetokenizer {
   explicit IncrementalDetokenizer(const Tokenizer* tokenizer,
                                   absl::Span<const int32_t> context = {});
 
-  // Text that `id` completes; empty while a character is still partial.
+  // Text that `id` completes; empty while a character is still partial,
+  // and for an id beyond the tokenizer's pieces (it has no text).
   absl::StatusOr<std::string> Append(int32_t id);
   // Whatever is still held back (a partial character decodes as U+FFFD).
   absl::StatusOr<std::string> Finish();

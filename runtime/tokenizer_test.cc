@@ -134,6 +134,23 @@ TEST_F(TokenizerTest, StreamingAfterContextKeepsLeadingSpace) {
   EXPECT_EQ(*tokenizer_->Decode(all), "the quick brown" + streamed);
 }
 
+TEST_F(TokenizerTest, StreamingSkipsIdsBeyondTheTokenizer) {
+  // Ids past the tokenizer's pieces (a model's padded rows) add no text and
+  // leave the text around them intact; a negative id is an error.
+  std::vector<int32_t> ids = Encode("fox jumps");
+  IncrementalDetokenizer detok(tokenizer_);
+  std::string streamed;
+  for (int32_t id : ids) {
+    streamed += *detok.Append(id);
+    absl::StatusOr<std::string> padding = detok.Append(tokenizer_->vocab_size() + 7);
+    ASSERT_TRUE(padding.ok()) << padding.status();
+    EXPECT_EQ(*padding, "");
+  }
+  streamed += *detok.Finish();
+  EXPECT_EQ(streamed, "fox jumps");
+  EXPECT_FALSE(detok.Append(-1).ok());
+}
+
 TEST_F(TokenizerTest, FinishFlushesPartialCharacter) {
   // The first byte of a three-byte character alone.
   std::vector<int32_t> ids = Encode("日");

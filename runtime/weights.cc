@@ -19,9 +19,10 @@ int64_t Cols(const WeightSpec& spec) {
   return c;
 }
 
-// Pairs each tensor the config implies with where rank's shard is kept.
-void ForEachWeight(const ModelConfig& c, LlamaWeights* w,
-                   const std::function<void(WeightSpec, HostTensor*)>& fn) {
+}  // namespace
+
+void ForEachLlamaWeight(const ModelConfig& c, LlamaWeights* w,
+                        const std::function<void(WeightSpec, HostTensor*)>& fn) {
   const int64_t hidden = c.hidden_size;
   const int64_t q = c.q_size();
   const int64_t kv = c.kv_size();
@@ -72,6 +73,8 @@ void ForEachWeight(const ModelConfig& c, LlamaWeights* w,
     fn(spec("lm_head.weight", {c.vocab_size, hidden}, ShardKind::kVocabRows), &w->lm_head);
   }
 }
+
+namespace {
 
 class CheckpointWeights : public WeightSource {
  public:
@@ -184,7 +187,7 @@ int64_t ShardElements(const WeightSpec& spec, TensorParallel tp) {
 std::vector<WeightSpec> LlamaWeightSpecs(const ModelConfig& config) {
   std::vector<WeightSpec> specs;
   LlamaWeights scratch;
-  ForEachWeight(config, &scratch, [&](WeightSpec spec, HostTensor*) { specs.push_back(spec); });
+  ForEachLlamaWeight(config, &scratch, [&](WeightSpec spec, HostTensor*) { specs.push_back(spec); });
   return specs;
 }
 
@@ -273,7 +276,7 @@ absl::StatusOr<LlamaWeights> LoadLlamaWeights(const ModelConfig& config,
   weights.tp = tp;
   weights.padded_vocab = PaddedVocabSize(config.vocab_size, tp.size);
   std::vector<std::pair<WeightSpec, HostTensor*>> targets;
-  ForEachWeight(config, &weights,
+  ForEachLlamaWeight(config, &weights,
                 [&](WeightSpec spec, HostTensor* dst) { targets.emplace_back(spec, dst); });
   for (const auto& [spec, dst] : targets) {
     if (absl::Status s = source.Check(spec); !s.ok()) return s;

@@ -14,6 +14,7 @@
 #define VERDICT_RUNTIME_WEIGHTS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -112,6 +113,13 @@ struct LlamaWeights {
 
   const HostTensor& output_embedding() const { return lm_head.empty() ? embed_tokens : lm_head; }
 };
+
+// Calls fn once per tensor the config implies, in checkpoint order, with
+// the field of `w` that holds the rank's shard (sized to the layers). A
+// backend that keeps weights elsewhere (a device) uses the field's address
+// to know which tensor it is given, without parsing names.
+void ForEachLlamaWeight(const ModelConfig& config, LlamaWeights* w,
+                        const std::function<void(WeightSpec, HostTensor*)>& fn);
 
 // Checks every tensor first (so a bad checkpoint fails before any large
 // read), then loads rank tp.rank's shards as float32.

@@ -11,6 +11,12 @@
 // Other keys are ignored, so a profiler may add its own metadata. Cells with
 // M < B cannot be measured (each request verifies at least one row); a
 // profiler writes the time at M = B there.
+//
+// `verdict profile` (runtime/profile_command.h) measures the table on the
+// running engine: for each batch size B it pins the verify budget to
+// fractions of the block, so that the compact step runs M = B + round(f * B *
+// gamma) rows, and writes the median verify seconds per (B, M), each batch
+// size's curve carried over the union of the measured M.
 #ifndef VERDICT_SCHEDULER_COST_TABLE_H_
 #define VERDICT_SCHEDULER_COST_TABLE_H_
 

@@ -71,6 +71,21 @@ double ClampConfidence(double c) {
   return c < 1.0 ? c : 1.0;
 }
 
+absl::Status CheckPinnedBudget(VerifyMode mode, std::optional<double> fraction) {
+  if (!fraction.has_value()) return absl::OkStatus();
+  const double f = *fraction;
+  if (!(f >= 0.0) || !(f <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("verify planner: pinned budget fraction ", f, " is outside [0, 1]"));
+  }
+  if (mode == VerifyMode::kStatic) {
+    return absl::InvalidArgumentError(
+        "verify planner: a pinned budget needs cap-accept or compact mode (static verifies "
+        "everything)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string_view VerifyModeName(VerifyMode mode) {
@@ -151,19 +166,16 @@ absl::StatusOr<VerifyPlanner> VerifyPlanner::Create(PlannerOptions options,
     return absl::InvalidArgumentError(absl::StrCat(
         "verify planner: min_survival = ", options.min_survival, " is outside [1e-12, 1]"));
   }
-  if (options.pinned_budget_fraction.has_value()) {
-    const double f = *options.pinned_budget_fraction;
-    if (!(f >= 0.0) || !(f <= 1.0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("verify planner: pinned budget fraction ", f, " is outside [0, 1]"));
-    }
-    if (options.mode == VerifyMode::kStatic) {
-      return absl::InvalidArgumentError(
-          "verify planner: a pinned budget needs cap-accept or compact mode (static verifies "
-          "everything)");
-    }
+  if (absl::Status s = CheckPinnedBudget(options.mode, options.pinned_budget_fraction); !s.ok()) {
+    return s;
   }
   return VerifyPlanner(std::move(options), std::move(cost_table));
+}
+
+absl::Status VerifyPlanner::SetPinnedBudgetFraction(std::optional<double> fraction) {
+  if (absl::Status s = CheckPinnedBudget(options_.mode, fraction); !s.ok()) return s;
+  options_.pinned_budget_fraction = fraction;
+  return absl::OkStatus();
 }
 
 VerifyPlanner::VerifyPlanner(PlannerOptions options, std::optional<CostTable> cost_table)

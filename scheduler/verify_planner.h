@@ -160,6 +160,12 @@ class VerifyPlanner {
   const PlannerOptions& options() const { return options_; }
   bool has_cost_table() const { return cost_table_.has_value(); }
 
+  // Pins the budget of the following plans to `fraction` (nullopt unpins),
+  // as PlannerOptions::pinned_budget_fraction, with the checks of Create: the
+  // profiler moves the pin from cell to cell on a running engine. On error
+  // the pin stays as it was.
+  absl::Status SetPinnedBudgetFraction(std::optional<double> fraction);
+
   // One draft the budget may verify: draft j of request i. Public only for
   // the sort helpers in verify_planner.cc.
   struct Candidate {

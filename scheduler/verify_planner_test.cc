@@ -275,6 +275,28 @@ TEST(VerifyPlannerTest, PinnedBudgetHitsTheTokenCountItAsks) {
   EXPECT_THAT(PlanOrDie(all, std::vector<double>(8, 0.5), {2, 9}).verify_lens, ElementsAre(2, 5));
 }
 
+TEST(VerifyPlannerTest, PinMovesOnARunningPlanner) {
+  VerifyPlanner planner = MakePlanner(VerifyMode::kCompact, 4, std::nullopt);
+  const std::vector<double> confidences(16, 0.5);
+  EXPECT_EQ(PlanOrDie(planner, confidences, {5, 5, 5, 5}).reason, PlanReason::kNoCostTable);
+  ASSERT_TRUE(planner.SetPinnedBudgetFraction(0.5).ok());
+  VerifyPlan plan = PlanOrDie(planner, confidences, {5, 5, 5, 5});
+  EXPECT_EQ(plan.reason, PlanReason::kPinnedBudget);
+  EXPECT_EQ(plan.verify_tokens, 4 + 8);
+  ASSERT_TRUE(planner.SetPinnedBudgetFraction(1.0).ok());
+  EXPECT_EQ(PlanOrDie(planner, confidences, {5, 5, 5, 5}).verify_tokens, 4 + 16);
+  // A bad pin is refused and leaves the pin as it was.
+  EXPECT_FALSE(planner.SetPinnedBudgetFraction(-0.1).ok());
+  EXPECT_FALSE(planner.SetPinnedBudgetFraction(std::nan("")).ok());
+  EXPECT_EQ(planner.options().pinned_budget_fraction, 1.0);
+  ASSERT_TRUE(planner.SetPinnedBudgetFraction(std::nullopt).ok());
+  EXPECT_EQ(PlanOrDie(planner, confidences, {5, 5, 5, 5}).reason, PlanReason::kNoCostTable);
+
+  VerifyPlanner fixed = MakePlanner(VerifyMode::kStatic, 4, std::nullopt);
+  EXPECT_FALSE(fixed.SetPinnedBudgetFraction(0.5).ok());
+  EXPECT_TRUE(fixed.SetPinnedBudgetFraction(std::nullopt).ok());
+}
+
 TEST(VerifyPlannerTest, CapsAndFlags) {
   VerifyPlanner planner =
       MakePlanner(VerifyMode::kCompact, 3, TokensOnlyTable({1, 64}, {0.01, 0.0101}));

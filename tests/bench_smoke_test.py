@@ -127,6 +127,13 @@ def main():
         for c in configs:
             check(c["ok"] and c["server_exit"] == 0,
                   f"{c['name']}: {c['status']}, server exit {c['server_exit']}")
+            # The server's own counters, read before it stopped: it ran decode
+            # steps, and its ranks never planned differently.
+            counters = c["server_counters"]
+            check(counters.get("verdict_decode_steps_total", 0) > 0,
+                  f"{c['name']}: server counters {counters}")
+            check(counters.get("verdict_plan_mismatches_total", -1) == 0,
+                  f"{c['name']}: plan mismatches in {counters}")
     table = os.path.join(out, "comparison.md")
     if check(os.path.exists(table), "comparison.md was not written"):
         with open(table) as f:

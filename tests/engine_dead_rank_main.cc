@@ -9,7 +9,9 @@
 // the lines and the time.
 //
 // If the job is not ended for it, a surviving rank reports how its loop or
-// its requests ended and exits 1, which fails the expected status.
+// its requests ended and exits 1, which fails the expected status. With
+// --overlap the same holds while each survivor waits in two collectives at
+// once (its scheduling thread's and its step executor's).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -32,6 +34,8 @@
 
 ABSL_FLAG(int, kill_rank, 1, "the rank that kills itself");
 ABSL_FLAG(int, kill_after_steps, 4, "decode steps the killed rank runs first");
+ABSL_FLAG(bool, overlap, false,
+          "overlap scheduling: the survivors are then in collectives on two threads");
 
 namespace verdict {
 namespace {
@@ -62,6 +66,7 @@ int Run() {
 
   EngineOptions options;
   options.verify_mode = VerifyMode::kCompact;
+  options.overlap = absl::GetFlag(FLAGS_overlap);
   options.cpu_threads =
       std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world);
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(

@@ -10,6 +10,9 @@
 //   gathered figures, and the estimator: once it is ready every position has
 //   a fit, a Brier score in [0, 1] from verified drafts, and the planner
 //   trims with the cost table.
+//
+//   Under overlap scheduling the figures still add up to the counters, with
+//   every step counted, those whose tokens were dropped included.
 #include <condition_variable>
 #include <cstdio>
 #include <cstdint>
@@ -115,10 +118,11 @@ struct WorkloadRun {
 
 // Submits every request before the loop starts, so that the batches, and
 // with them the plans, do not depend on thread timing.
-WorkloadRun RunWorkload(const std::string& dir, bool with_metrics) {
+WorkloadRun RunWorkload(const std::string& dir, bool with_metrics, bool overlap = false) {
   WorkloadRun run;
   EngineOptions options;
   options.verify_mode = VerifyMode::kCompact;
+  options.overlap = overlap;
   options.cost_table_path = WriteCostTable();
   options.max_running_requests = 16;
   options.kv_cache_tokens = 16384;
@@ -198,6 +202,7 @@ class EngineMetricsTest : public ::testing::Test {
     const std::string dir = WriteTinyPair();
     with_ = new WorkloadRun(RunWorkload(dir, /*with_metrics=*/true));
     without_ = new WorkloadRun(RunWorkload(dir, /*with_metrics=*/false));
+    overlapped_ = new WorkloadRun(RunWorkload(dir, /*with_metrics=*/true, /*overlap=*/true));
     const EngineStats& st = with_->stats;
     std::printf("workload: %lld steps, %lld request-steps, %lld drafts verified, %lld accepted\n",
                 static_cast<long long>(st.steps), static_cast<long long>(st.spec_steps),
@@ -206,12 +211,15 @@ class EngineMetricsTest : public ::testing::Test {
   static void TearDownTestSuite() {
     delete with_;
     delete without_;
+    delete overlapped_;
   }
   static WorkloadRun* with_;
   static WorkloadRun* without_;
+  static WorkloadRun* overlapped_;  // overlap scheduling on, metrics on
 };
 WorkloadRun* EngineMetricsTest::with_ = nullptr;
 WorkloadRun* EngineMetricsTest::without_ = nullptr;
+WorkloadRun* EngineMetricsTest::overlapped_ = nullptr;
 
 TEST_F(EngineMetricsTest, MetricsDoNotChangeTheOutput) {
   ASSERT_EQ(with_->outputs.size(), static_cast<size_t>(kRequests));
@@ -320,6 +328,44 @@ TEST_F(EngineMetricsTest, RankFiguresOfAWorldOfOne) {
   EXPECT_EQ(m.at("verdict_rank_collective_seconds_total{rank=\"0\"}"), 0);
   EXPECT_EQ(m.at("verdict_plan_checks_total"), 0);
   EXPECT_EQ(m.at("verdict_plan_mismatches_total"), 0);
+}
+
+// Under overlap scheduling every step reaches the metrics, those whose
+// tokens were dropped (planned before a request's end reached the CPU)
+// included, and the figures still add up to the engine's counters, which
+// count committed tokens only. Greedy output does not depend on the plans.
+TEST_F(EngineMetricsTest, OverlapKeepsTheFiguresWhole) {
+  const EngineStats& st = overlapped_->stats;
+  const std::map<std::string, double> m = ParseExposition(overlapped_->metrics_text);
+  ASSERT_EQ(overlapped_->outputs.size(), static_cast<size_t>(kRequests));
+  const std::vector<GenerationRequest> requests = Workload();
+  int64_t generated = 0;
+  for (const GenerationRequest& r : requests) {
+    const CollectedOutput& out = overlapped_->outputs[r.id];
+    EXPECT_EQ(out.finish_reason, FinishReason::kLength) << r.id;
+    EXPECT_EQ(out.token_ids.size(), static_cast<size_t>(r.params.max_tokens)) << r.id;
+    if (r.params.temperature == 0.0f) {
+      EXPECT_EQ(out.token_ids, without_->outputs[r.id].token_ids) << r.id;
+    }
+    generated += out.usage.completion_tokens;
+  }
+  EXPECT_EQ(st.generated, generated);
+  EXPECT_EQ(m.at("verdict_generated_tokens_total"), st.generated);
+  EXPECT_EQ(m.at("verdict_decode_steps_total"), st.steps);
+  EXPECT_EQ(SumOf(m, "verdict_plan_steps_total"), st.steps);
+  EXPECT_EQ(m.at("verdict_step_verify_seconds_count"), st.steps);
+  EXPECT_EQ(m.at("verdict_rank_decode_steps_total{rank=\"0\"}"), st.steps);
+  EXPECT_EQ(m.at("verdict_draft_tokens_proposed_total"), st.drafted);
+  EXPECT_EQ(m.at("verdict_draft_tokens_verified_total"), st.verified);
+  EXPECT_EQ(m.at("verdict_draft_tokens_accepted_total"), st.accepted);
+  EXPECT_EQ(m.at("verdict_step_acceptance_length_count"), st.spec_steps);
+  EXPECT_EQ(m.at("verdict_step_acceptance_length_sum"), st.accepted + st.spec_steps);
+  // The estimator learned from the steps' own drafts and the planner
+  // trimmed with the lagged confidences.
+  EXPECT_EQ(m.at("verdict_estimator_ready"), 1);
+  EXPECT_GT(m.at("verdict_plan_steps_total{reason=\"planned\"}"), 0);
+  EXPECT_LT(m.at("verdict_planned_budget_ratio_sum"), st.steps);
+  EXPECT_LT(st.verified, st.drafted);
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 //
 //   GreedyTpTest (bundled models): at temperature 0, speculative output at
 //   TP N equals the target's autoregressive output at TP 1 token for token,
-//   in every verify mode (seed 000; invariants 3 and 7).
+//   in every verify mode, with overlap scheduling off and on (seed 000;
+//   invariants 3 and 7).
 //
 //   SampledTpTest (bundled models): seeded sampled requests produce at TP N
 //   the tokens they produce at TP 1 (invariant 7).
@@ -19,7 +20,9 @@
 //   none differs (invariant 3); every rank ends with the same counters; rank
 //   0's tokens, per-request acceptance and totals equal those of a TP 1 run
 //   of the same seeded workload (invariant 7), and its greedy requests equal
-//   the target's autoregressive output (seed 000).
+//   the target's autoregressive output (seed 000). With overlap on too,
+//   where plans come from confidences a step or two old and requests join
+//   and leave while a step is in flight.
 //
 //   PlanDivergenceTpTest (the tiny pair): a rank whose plans differ is caught
 //   at the first step, and every request, running or waiting, ends with the
@@ -39,6 +42,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -72,6 +76,15 @@ std::string VerifyModeTestName(VerifyMode mode) {
   std::string name(VerifyModeName(mode));
   name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
   return name;
+}
+
+// A verify mode with overlap scheduling off or on; tests/BUILD selects
+// them by name ("compact", "compact_overlap").
+using ModeAndOverlap = std::tuple<VerifyMode, bool>;
+
+std::string ModeAndOverlapTestName(const ::testing::TestParamInfo<ModeAndOverlap>& info) {
+  return VerifyModeTestName(std::get<0>(info.param)) +
+         (std::get<1>(info.param) ? "_overlap" : "");
 }
 
 // The cores are shared by every rank of the job (CI has 2).
@@ -224,7 +237,7 @@ std::vector<GenerationRequest> GreedyRequests(const Engine& engine) {
 // 16 greedy requests decode together. Over these few steps the estimator is
 // still on its prior, so every mode verifies the full block (less the length
 // caps); PlanTpTest's greedy requests cover equality under trimmed plans.
-class GreedyTpTest : public ::testing::TestWithParam<VerifyMode> {
+class GreedyTpTest : public ::testing::TestWithParam<ModeAndOverlap> {
  protected:
   // The target alone, autoregressive at TP 1: rank 0's reference.
   static void SetUpTestSuite() {
@@ -253,7 +266,8 @@ TEST_P(GreedyTpTest, SpeculativeEqualsAutoregressiveAtTp1) {
   std::unique_ptr<Communicator> comm = MakeMpiCommunicator();
   ASSERT_NE(comm, nullptr);
   EngineOptions options;
-  options.verify_mode = GetParam();
+  options.verify_mode = std::get<0>(GetParam());
+  options.overlap = std::get<1>(GetParam());
   options.cost_table_path = WriteCostTable();
   options.plan_check_interval = 1;
   std::unique_ptr<Engine> engine = MakeEngine(comm.get(), options, /*speculation=*/true);
@@ -285,9 +299,11 @@ TEST_P(GreedyTpTest, SpeculativeEqualsAutoregressiveAtTp1) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, GreedyTpTest,
-                         ::testing::Values(VerifyMode::kStatic, VerifyMode::kCapAccept,
-                                           VerifyMode::kCompact),
-                         [](const auto& info) { return VerifyModeTestName(info.param); });
+                         ::testing::Combine(::testing::Values(VerifyMode::kStatic,
+                                                              VerifyMode::kCapAccept,
+                                                              VerifyMode::kCompact),
+                                            ::testing::Bool()),
+                         ModeAndOverlapTestName);
 
 // ------------------------------------------------------------ sampled
 
@@ -419,9 +435,10 @@ std::vector<GenerationRequest> PlanWorkload(int num_requests = kPlanRequests) {
   return requests;
 }
 
-EngineOptions PlanOptions(VerifyMode mode, const std::string& cost_table) {
+EngineOptions PlanOptions(VerifyMode mode, const std::string& cost_table, bool overlap = false) {
   EngineOptions options;
   options.verify_mode = mode;
+  options.overlap = overlap;
   options.cost_table_path = cost_table;
   options.plan_check_interval = 1;
   options.max_running_requests = kPlanConcurrency;
@@ -457,11 +474,12 @@ PlanRun RunPlanWorkload(Communicator* comm, EngineOptions options, const std::st
   return run;
 }
 
-class PlanTpTest : public ::testing::TestWithParam<VerifyMode> {};
+class PlanTpTest : public ::testing::TestWithParam<ModeAndOverlap> {};
 
 TEST_P(PlanTpTest, EveryRankPlansTheSameAndMatchesTp1) {
   const std::string dir = WriteTinyPair();
-  const EngineOptions options = PlanOptions(GetParam(), WriteCostTable());
+  const EngineOptions options =
+      PlanOptions(std::get<0>(GetParam()), WriteCostTable(), std::get<1>(GetParam()));
   const std::vector<GenerationRequest> requests = PlanWorkload();
 
   PlanRun reference, autoregressive;
@@ -540,8 +558,10 @@ TEST_P(PlanTpTest, EveryRankPlansTheSameAndMatchesTp1) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, PlanTpTest,
-                         ::testing::Values(VerifyMode::kCapAccept, VerifyMode::kCompact),
-                         [](const auto& info) { return VerifyModeTestName(info.param); });
+                         ::testing::Combine(::testing::Values(VerifyMode::kCapAccept,
+                                                              VerifyMode::kCompact),
+                                            ::testing::Bool()),
+                         ModeAndOverlapTestName);
 
 // ------------------------------------------------------------ divergence
 
@@ -570,6 +590,40 @@ TEST(PlanDivergenceTpTest, MismatchEndsEveryRequestWithTheError) {
   for (const CollectedOutput& out : run.outputs) {
     EXPECT_EQ(out.finish_reason, FinishReason::kError);
     EXPECT_EQ(out.finished_events, 1);
+    EXPECT_NE(out.error.find(absl::StrCat("rank ", odd_rank, " planned differently from rank 0")),
+              std::string::npos)
+        << out.error;
+  }
+}
+
+// The same under overlap scheduling, with a step in flight when the
+// mismatch is found: plans are compared every second step, so step 1 runs
+// unchecked on the executor while step 2 is planned and caught. Every rank
+// still runs step 1 to its end (the models' collectives match), then every
+// request ends with the error and every loop returns.
+TEST(PlanDivergenceTpTest, MismatchWithAStepInFlightEndsEveryRequest) {
+  const std::string dir = WriteTinyPair();
+  const int odd_rank = World() - 1;
+  EngineOptions options = PlanOptions(
+      VerifyMode::kCompact, WriteCostTable(/*nudged=*/Rank() == odd_rank), /*overlap=*/true);
+  options.plan_check_interval = 2;
+  std::unique_ptr<Communicator> comm = MakeMpiCommunicator();
+  ASSERT_NE(comm, nullptr);
+  const std::vector<GenerationRequest> requests = PlanWorkload(2 * kPlanConcurrency);
+  const PlanRun run = RunPlanWorkload(comm.get(), options, dir, /*speculation=*/true, requests,
+                                      absl::Seconds(30));
+  EXPECT_EQ(run.stats.steps, 2);
+  EXPECT_EQ(run.stats.plan_checks, 1);
+  EXPECT_EQ(run.stats.plan_mismatches, 1);
+  // Step 1's tokens never reached the CPU: the loop failed before it
+  // committed them.
+  EXPECT_EQ(run.stats.generated, 0);
+  if (Rank() != 0) return;
+  ASSERT_EQ(run.outputs.size(), requests.size());
+  for (const CollectedOutput& out : run.outputs) {
+    EXPECT_EQ(out.finish_reason, FinishReason::kError);
+    EXPECT_EQ(out.finished_events, 1);
+    EXPECT_TRUE(out.token_ids.empty());
     EXPECT_NE(out.error.find(absl::StrCat("rank ", odd_rank, " planned differently from rank 0")),
               std::string::npos)
         << out.error;

@@ -21,14 +21,19 @@
 #include "kernels/cuda_check.h"
 #include "kernels/model/add_bias.h"
 #include "kernels/model/gemm.h"
+#include "kernels/model/internal/cublaslt_api.h"
 
 namespace verdict {
 namespace {
 
+// The loaded cuBLASLt (model_internal::LoadCublasLt). Gemm::Create loads it
+// first, so every other use finds it loaded.
+const model_internal::CublasLtApi& Lt() { return **model_internal::LoadCublasLt(); }
+
 absl::Status CublasStatus(cublasStatus_t status, const char* call) {
   if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(call, " failed: ", cublasLtGetStatusName(status), ": ",
-                                          cublasLtGetStatusString(status)));
+  return absl::InternalError(absl::StrCat(call, " failed: ", Lt().GetStatusName(status), ": ",
+                                          Lt().GetStatusString(status)));
 }
 
 #define VERDICT_CUBLAS_RETURN_IF_ERROR(expr)                            \
@@ -64,10 +69,10 @@ struct Plan {
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
   ~Plan() {
-    if (c_layout != nullptr) cublasLtMatrixLayoutDestroy(c_layout);
-    if (a_layout != nullptr) cublasLtMatrixLayoutDestroy(a_layout);
-    if (w_layout != nullptr) cublasLtMatrixLayoutDestroy(w_layout);
-    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+    if (c_layout != nullptr) Lt().MatrixLayoutDestroy(c_layout);
+    if (a_layout != nullptr) Lt().MatrixLayoutDestroy(a_layout);
+    if (w_layout != nullptr) Lt().MatrixLayoutDestroy(w_layout);
+    if (op != nullptr) Lt().MatmulDescDestroy(op);
   }
 };
 
@@ -84,7 +89,7 @@ struct Gemm::Impl {
   ~Impl() {
     plans.clear();
     if (workspace != nullptr) cudaFree(workspace);
-    if (handle != nullptr) cublasLtDestroy(handle);
+    if (handle != nullptr) Lt().Destroy(handle);
   }
 
   // Descriptors and the heuristic's first algorithm for one key. With
@@ -112,7 +117,7 @@ struct Gemm::Impl {
     for (int i = 0; i < count; ++i) {
       if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
       auto run = [&] {
-        return cublasLtMatmul(handle, plan.op, &alpha, w, plan.w_layout, a, plan.a_layout, &beta, c,
+        return Lt().Matmul(handle, plan.op, &alpha, w, plan.w_layout, a, plan.a_layout, &beta, c,
                               plan.c_layout, c, plan.c_layout, &results[i].algo, workspace,
                               workspace_bytes, stream);
       };
@@ -144,49 +149,49 @@ struct Gemm::Impl {
       const bool epilogue = attempt == 0;
       auto plan = std::make_unique<Plan>();
       VERDICT_CUBLAS_RETURN_IF_ERROR(
-          cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+          Lt().MatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
       const cublasOperation_t trans_w = CUBLAS_OP_T, trans_a = CUBLAS_OP_N;
-      VERDICT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      VERDICT_CUBLAS_RETURN_IF_ERROR(Lt().MatmulDescSetAttribute(
           plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_w, sizeof(trans_w)));
-      VERDICT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      VERDICT_CUBLAS_RETURN_IF_ERROR(Lt().MatmulDescSetAttribute(
           plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_a, sizeof(trans_a)));
       if (epilogue) {
         const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
         VERDICT_CUBLAS_RETURN_IF_ERROR(
-            cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
+            Lt().MatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
         // The heuristic reads the pointer's alignment from here.
-        VERDICT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        VERDICT_CUBLAS_RETURN_IF_ERROR(Lt().MatmulDescSetAttribute(
             plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
       }
       const cudaDataType_t c_type = out == OutType::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
       VERDICT_CUBLAS_RETURN_IF_ERROR(
-          cublasLtMatrixLayoutCreate(&plan->w_layout, CUDA_R_16BF, k, n, k));
+          Lt().MatrixLayoutCreate(&plan->w_layout, CUDA_R_16BF, k, n, k));
       VERDICT_CUBLAS_RETURN_IF_ERROR(
-          cublasLtMatrixLayoutCreate(&plan->a_layout, CUDA_R_16BF, k, m, k));
-      VERDICT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->c_layout, c_type, n, m, n));
+          Lt().MatrixLayoutCreate(&plan->a_layout, CUDA_R_16BF, k, m, k));
+      VERDICT_CUBLAS_RETURN_IF_ERROR(Lt().MatrixLayoutCreate(&plan->c_layout, c_type, n, m, n));
 
       cublasLtMatmulPreference_t pref = nullptr;
-      VERDICT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
+      VERDICT_CUBLAS_RETURN_IF_ERROR(Lt().MatmulPreferenceCreate(&pref));
       std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, decltype(&cublasLtMatmulPreferenceDestroy)>
-          pref_owner(pref, &cublasLtMatmulPreferenceDestroy);
+          pref_owner(pref, Lt().MatmulPreferenceDestroy);
       const uint64_t ws = workspace_bytes;
-      VERDICT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      VERDICT_CUBLAS_RETURN_IF_ERROR(Lt().MatmulPreferenceSetAttribute(
           pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
       const uint32_t align_w = Alignment(w), align_a = Alignment(a), align_c = Alignment(c);
-      VERDICT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      VERDICT_CUBLAS_RETURN_IF_ERROR(Lt().MatmulPreferenceSetAttribute(
           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_w, sizeof(align_w)));
-      VERDICT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      VERDICT_CUBLAS_RETURN_IF_ERROR(Lt().MatmulPreferenceSetAttribute(
           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_a, sizeof(align_a)));
-      VERDICT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      VERDICT_CUBLAS_RETURN_IF_ERROR(Lt().MatmulPreferenceSetAttribute(
           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
-      VERDICT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      VERDICT_CUBLAS_RETURN_IF_ERROR(Lt().MatmulPreferenceSetAttribute(
           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
 
       constexpr int kMaxCandidates = 16;
       cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
       const int wanted = std::clamp(autotune_candidates, 1, kMaxCandidates);
       int found = 0;
-      const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+      const cublasStatus_t st = Lt().MatmulAlgoGetHeuristic(
           handle, plan->op, plan->w_layout, plan->a_layout, plan->c_layout, plan->c_layout, pref,
           wanted, results, &found);
       if (st == CUBLAS_STATUS_SUCCESS && found > 0 && results[0].state == CUBLAS_STATUS_SUCCESS) {
@@ -198,7 +203,7 @@ struct Gemm::Impl {
       if (!epilogue) {
         return absl::InternalError(absl::StrCat(
             "cuBLASLt found no algorithm for m=", m, " n=", n, " k=", k,
-            " out=", out == OutType::kBf16 ? "bf16" : "f32", ": ", cublasLtGetStatusName(st)));
+            " out=", out == OutType::kBf16 ? "bf16" : "f32", ": ", Lt().GetStatusName(st)));
       }
     }
     return absl::InternalError("unreachable");
@@ -230,11 +235,11 @@ struct Gemm::Impl {
     }
     Plan& plan = *it->second;
     if (plan.bias_in_epilogue) {
-      VERDICT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      VERDICT_CUBLAS_RETURN_IF_ERROR(Lt().MatmulDescSetAttribute(
           plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
     const float alpha = 1.0f, beta = 0.0f;
-    VERDICT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
+    VERDICT_CUBLAS_RETURN_IF_ERROR(Lt().Matmul(
         handle, plan.op, &alpha, w, plan.w_layout, a, plan.a_layout, &beta, c, plan.c_layout, c,
         plan.c_layout, &plan.algo, workspace, workspace_bytes, stream));
     if (want_bias && !plan.bias_in_epilogue) {
@@ -249,8 +254,12 @@ Gemm::Gemm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Gemm::~Gemm() = default;
 
 absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(const GemmOptions& options) {
+  if (absl::StatusOr<const model_internal::CublasLtApi*> lt = model_internal::LoadCublasLt();
+      !lt.ok()) {
+    return lt.status();
+  }
   auto impl = std::make_unique<Impl>();
-  VERDICT_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&impl->handle));
+  VERDICT_CUBLAS_RETURN_IF_ERROR(Lt().Create(&impl->handle));
   if (options.workspace_bytes > 0) {
     VERDICT_CUDA_RETURN_IF_ERROR(cudaMalloc(&impl->workspace, options.workspace_bytes));
   }

@@ -119,6 +119,7 @@ class Configuration:
         self.status = "not run"
         self.server_exit = None
         self.report = None        # the bench JSON, once read
+        self.counters = {}        # SERVER_COUNTERS at the end of the run
 
 
 def configurations(args, overlap_flag):
@@ -238,15 +239,46 @@ def run_configuration(args, config):
         if os.path.exists(report_path):
             with open(report_path) as f:
                 config.report = json.load(f)
+        config.counters = scrape_counters(
+            server.metrics_port, os.path.join(args.out, f"{config.name}.metrics.txt"))
+        if config.counters.get("verdict_plan_mismatches_total", 0) > 0:
+            code = code or 1
+            config.status = "the ranks' plans disagreed"
         if code == 0:
             config.ok, config.status = True, "ok"
-        else:
+        elif config.status == "not run":
             config.status = f"verdict bench exited with {code}"
     finally:
         config.server_exit = server.stop(args.stop_timeout)
         log(f"{config.name}: {config.status}; the server exited with {config.server_exit}")
         if config.ok and config.server_exit != 0:
             config.status = f"ok, but the server exited with {config.server_exit}"
+
+
+# Counters of the server's own report that the runs table shows: how many
+# decode steps ran, and how often the ranks compared plans and disagreed.
+SERVER_COUNTERS = ("verdict_decode_steps_total", "verdict_plan_checks_total",
+                   "verdict_plan_mismatches_total")
+
+
+def scrape_counters(port, path):
+    """Saves the server's /metrics page to `path`; returns SERVER_COUNTERS."""
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+    except OSError as e:
+        log(f"could not read the server's metrics: {e}")
+        return {}
+    with open(path, "w") as f:
+        f.write(text)
+    counters = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in SERVER_COUNTERS:
+            counters[name] = float(value)
+    return counters
 
 
 def fmt(value, decimals):
@@ -327,15 +359,22 @@ def comparison_markdown(args, configs):
                            f"{fmt(p['ttft_p50_ms'], 1)} / {fmt(p['itl_p50_ms'], 2)}")
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
-    lines += ["## Runs", "", "| configuration | server flags | requests | status |",
-              "|---|---|---:|---|"]
+    lines += ["## Runs", "",
+              "| configuration | server flags | requests | decode steps | plan checks "
+              "(mismatches) | status |",
+              "|---|---|---:|---:|---:|---|"]
     for c in configs:
         completed = failed = 0
         for p in (c.report or {}).get("points", []):
             completed += p["completed"]
             failed += p["failed"]
         requests = f"{completed}" + (f" ({failed} failed)" if failed else "")
-        lines.append(f"| {c.name} | `{shlex.join(c.flags)}` | {requests} | {c.status} |")
+        steps = c.counters.get("verdict_decode_steps_total")
+        checks = c.counters.get("verdict_plan_checks_total")
+        mismatches = c.counters.get("verdict_plan_mismatches_total")
+        plan = "-" if checks is None else f"{checks:.0f} ({mismatches or 0:.0f})"
+        lines.append(f"| {c.name} | `{shlex.join(c.flags)}` | {requests} | "
+                     f"{fmt(steps, 0)} | {plan} | {c.status} |")
     return "\n".join(lines) + "\n"
 
 
@@ -345,7 +384,7 @@ def comparison_json(configs):
         "configurations": [{
             "name": c.name, "mode": c.mode, "tp": c.tp, "overlap": c.overlap,
             "flags": c.flags, "ok": c.ok, "status": c.status, "server_exit": c.server_exit,
-            "report": f"{c.name}.json" if c.report else None,
+            "report": f"{c.name}.json" if c.report else None, "server_counters": c.counters,
         } for c in configs],
     }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds every GPU test and benchmark (targets tagged "gpu" or "benchmark")
-# and collects them, with the shared libraries the GPU machine lacks, into
+# and the verdict binary, and collects them, with the shared libraries the GPU machine lacks, into
 # one folder (default .bundle/, git-ignored) that tools/device/run.sh runs
 # there. The GPU machine has CUDA 13 (cuBLAS), NCCL and a driver, but no
 # Bazel and none of our Debian libraries.
@@ -19,6 +19,9 @@ if ((${#targets[@]} == 0)); then
   echo "bundle: no gpu or benchmark targets under ${patterns[*]}" >&2
   exit 1
 fi
+# The product binary travels too: the GPU machine runs the engine and the
+# server on the CUDA backend with it.
+targets+=(//runtime:verdict)
 bazel build "${targets[@]}"
 bin_root=$(bazel info bazel-bin 2>/dev/null)
 

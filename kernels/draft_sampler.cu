@@ -1,0 +1,770 @@
+// CUDA kernel of the draft sampler (semantics: kernels/draft_sampler.h;
+// reference: the CPU twin in draft_sampler.cc).
+//
+// One CTA per row, one launch for all rows. A row of 152k logits does not fit
+// one SM's shared memory, so each pass reads it again (from L2 while the row
+// is hot) and recomputes z = logit * (1 / T), which costs a multiply:
+//   1. z's maximum, the argmax and the lowest non-finite id;
+//   2. the fixed-point mass of the row, and, when top-k or top-p is on, the
+//      count and mass of the ids within 1, 2, 4, 8, 12 and 16 of the maximum
+//      (greedy rows write their one-hot p here and are done);
+//   3. top-k / top-p thresholds: the smallest of those nested "near the top"
+//      sets that must hold every kept id (k ids for top-k, top_p of the mass
+//      for top-p) is copied to shared memory when it fits, and the thresholds
+//      are found there; otherwise on the whole row;
+//   4. p = exp(z - max) / mass over the kept ids, written out, and the
+//      exponential race over p that picks the token.
+// Thresholds come from radix selection on order keys (four 8-bit digits):
+// exact, and never a sort. Every sum is a sum of 2^-40 fixed-point integers
+// and every race a maximum over (key, id), so the thread and warp order of
+// the additions cannot show in the result: it is the CPU twin's, bit for bit.
+//
+// Errors: each row's smallest error key goes to a workspace accumulator; the
+// CTA that finishes last publishes it to the error record and zeroes the
+// workspace for the next launch (one launch, no memset).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda_check.h"
+#include "kernels/draft_sampler.h"
+#include "kernels/draft_sampler_internal.h"
+#include "kernels/philox.h"
+#include "kernels/sampling_math.h"
+
+namespace verdict {
+namespace {
+
+using namespace sampling_math;  // NOLINT: the arithmetic vocabulary of this file
+using draft_internal::FixedWeight;
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
+constexpr int32_t kNoId = 0x7FFFFFFF;
+
+// Shared-memory room for the z values of a "near the top" set (32 KB).
+constexpr int kCandidateCap = 8192;
+
+// The nested sets z >= max - d for these d; a 7th, implicit set is the row.
+constexpr int kPivots = 6;
+__device__ __forceinline__ float PivotDistance(int j) {
+  return j < 3 ? static_cast<float>(1 << j) : 4.0f * static_cast<float>(j - 1);  // 1 2 4 8 12 16
+}
+
+// Left zeroed between launches: the count of finished CTAs and the complement
+// of the smallest error key (atomicMax of ~key; 0 = none).
+struct alignas(8) Workspace {
+  unsigned int done;
+  unsigned int unused;
+  unsigned long long error_acc;
+};
+static_assert(sizeof(Workspace) <= kDraftSampleWorkspaceBytes, "workspace too small");
+
+struct KernelArgs {
+  DraftSampleInputs in;
+  DraftSampleOutputs out;
+  Workspace* workspace;
+  int32_t grid_rows;   // max(num_rows, 1)
+  bool vector_logits;  // rows start 16-byte aligned: float4 loads
+  bool vector_probs;   // likewise for float4 stores of p
+};
+
+struct Shared {
+  float candidates[kCandidateCap];
+  int32_t num_candidates;
+  // Radix histograms: per bin, the count and the fixed-point mass.
+  uint32_t hist_count[256];
+  unsigned long long hist_mass[256];
+  // Radix state, written by warp 0 between rounds.
+  uint32_t prefix;
+  uint32_t remaining;
+  uint32_t count_ge;
+  unsigned long long above;
+  // Per-warp partials of block reductions, and their broadcast results.
+  float warp_f[kWarps];
+  int32_t warp_i[kWarps];
+  unsigned long long warp_u[kWarps];
+  uint32_t warp_pivot_count[kWarps][kPivots];
+  unsigned long long warp_pivot_mass[kWarps][kPivots];
+  float result_f;
+  int32_t result_i;
+  unsigned long long result_u;
+  uint32_t pivot_count[kPivots];
+  unsigned long long pivot_mass[kPivots];
+};
+
+__device__ __forceinline__ int Lane() { return threadIdx.x & 31; }
+__device__ __forceinline__ int Warp() { return threadIdx.x >> 5; }
+
+// ---------------------------------------------------------------- reductions
+// Each returns its result to every thread and leaves shared memory free for
+// the next one (see the barrier comments).
+
+// (value, id) with the larger value winning, ties to the lower id.
+__device__ __forceinline__ bool MaxBeats(float v, int32_t id, float best, int32_t best_id) {
+  return v > best || (v == best && id < best_id);
+}
+
+template <typename Beats>
+__device__ void BlockBestPair(float* value, int32_t* id, Shared& s, Beats beats) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(kFullMask, *value, o);
+    const int32_t oid = __shfl_xor_sync(kFullMask, *id, o);
+    if (beats(ov, oid, *value, *id)) {
+      *value = ov;
+      *id = oid;
+    }
+  }
+  if (Lane() == 0) {
+    s.warp_f[Warp()] = *value;
+    s.warp_i[Warp()] = *id;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float v = s.warp_f[0];
+    int32_t i = s.warp_i[0];
+    for (int w = 1; w < kWarps; ++w) {
+      if (beats(s.warp_f[w], s.warp_i[w], v, i)) {
+        v = s.warp_f[w];
+        i = s.warp_i[w];
+      }
+    }
+    s.result_f = v;
+    s.result_i = i;
+  }
+  __syncthreads();
+  // Every thread reads the result before any thread passes the first barrier
+  // of the next reduction, where thread 0 overwrites it.
+  *value = s.result_f;
+  *id = s.result_i;
+}
+
+__device__ int32_t BlockMin(int32_t v, Shared& s) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(kFullMask, v, o));
+  if (Lane() == 0) s.warp_i[Warp()] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) v = min(v, s.warp_i[w]);
+    s.result_i = v;
+  }
+  __syncthreads();
+  return s.result_i;
+}
+
+__device__ unsigned long long BlockSum(unsigned long long v, Shared& s) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  if (Lane() == 0) s.warp_u[Warp()] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) v += s.warp_u[w];
+    s.result_u = v;
+  }
+  __syncthreads();
+  return s.result_u;
+}
+
+// Sums the per-thread pivot counts and masses into s.pivot_count/mass
+// (written once per row, read afterwards).
+__device__ void BlockSumPivots(uint32_t (&count)[kPivots], unsigned long long (&mass)[kPivots],
+                               Shared& s) {
+#pragma unroll
+  for (int j = 0; j < kPivots; ++j) {
+    for (int o = 16; o > 0; o >>= 1) {
+      count[j] += __shfl_xor_sync(kFullMask, count[j], o);
+      mass[j] += __shfl_xor_sync(kFullMask, mass[j], o);
+    }
+    if (Lane() == 0) {
+      s.warp_pivot_count[Warp()][j] = count[j];
+      s.warp_pivot_mass[Warp()][j] = mass[j];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < kPivots) {
+    const int j = threadIdx.x;
+    uint32_t c = 0;
+    unsigned long long m = 0;
+    for (int w = 0; w < kWarps; ++w) {
+      c += s.warp_pivot_count[w][j];
+      m += s.warp_pivot_mass[w][j];
+    }
+    s.pivot_count[j] = c;
+    s.pivot_mass[j] = m;
+  }
+  __syncthreads();
+}
+
+// ---------------------------------------------------------------- the row
+
+// z of one row, four ids (one Philox block) at a time.
+struct RowView {
+  const float* logits;  // the row's first logit
+  int32_t size;         // vocabulary
+  float inv_temperature;
+  bool vector;
+
+  __device__ int32_t groups() const { return (size + 3) / 4; }
+
+  // z of ids 4g .. 4g + 3; ids past the row read nothing and get -inf.
+  __device__ void Load(int32_t g, float (&z)[4]) const {
+    if (vector) {
+      const float4 x = __ldg(reinterpret_cast<const float4*>(logits) + g);
+      z[0] = ScaleLogit(x.x, inv_temperature);
+      z[1] = ScaleLogit(x.y, inv_temperature);
+      z[2] = ScaleLogit(x.z, inv_temperature);
+      z[3] = ScaleLogit(x.w, inv_temperature);
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int32_t id = 4 * g + j;
+      z[j] = id < size ? ScaleLogit(__ldg(logits + id), inv_temperature) : kNegInf;
+    }
+  }
+};
+
+__device__ void StoreGroup(float* probs, int32_t g, int32_t size, bool vector,
+                           const float (&p)[4]) {
+  if (vector) {
+    reinterpret_cast<float4*>(probs)[g] = make_float4(p[0], p[1], p[2], p[3]);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (4 * g + j < size) probs[4 * g + j] = p[j];
+  }
+}
+
+// Element sources for the threshold searches. ForEach calls f(z, valid) the
+// same number of times in every thread, so f may use warp-collective
+// operations; invalid calls carry no element.
+struct RowSource {
+  RowView row;
+  template <typename F>
+  __device__ void ForEach(F f) const {
+    const int32_t groups = row.groups();
+    for (int32_t base = 0; base < groups; base += kThreads) {
+      const int32_t g = base + static_cast<int32_t>(threadIdx.x);
+      float z[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
+      if (g < groups) row.Load(g, z);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) f(z[j], g < groups && 4 * g + j < row.size);
+    }
+  }
+};
+
+struct ListSource {
+  const float* z;
+  int32_t size;
+  template <typename F>
+  __device__ void ForEach(F f) const {
+    for (int32_t base = 0; base < size; base += kThreads) {
+      const int32_t i = base + static_cast<int32_t>(threadIdx.x);
+      f(i < size ? z[i] : kNegInf, i < size);
+    }
+  }
+};
+
+// ---------------------------------------------------------------- radix selection
+
+// Sum of x over `peers` (the lanes holding the same histogram bin as this
+// one), valid in the group's lowest lane: a tree over each group's lanes,
+// all groups at once, in at most five steps. Warp-collective.
+__device__ unsigned long long SumOverPeers(unsigned peers, unsigned long long x) {
+  const int lane = Lane();
+  int rank = __popc(peers & ((1u << lane) - 1u));  // position among the peers
+  unsigned higher = peers & ~((2u << lane) - 1u);  // peers in higher lanes
+  while (__any_sync(kFullMask, higher != 0)) {
+    const int next = __ffs(higher);  // 1-based; 0: none
+    const unsigned long long t = __shfl_sync(kFullMask, x, next > 0 ? next - 1 : lane);
+    if (next > 0) x += t;
+    // Odd positions have been absorbed by their lower neighbour.
+    higher &= ~__ballot_sync(kFullMask, rank & 1);
+    rank >>= 1;
+  }
+  return x;
+}
+
+// Adds one element per lane to the histogram (with its weight when
+// with_mass). Lanes of a warp often share a bin (logits cluster), so each
+// group of equal bins adds once, from its lowest lane. Warp-collective.
+__device__ void HistogramAdd(bool valid, uint32_t bin, unsigned long long weight,
+                             bool with_mass, Shared& s) {
+  // After the first digit most elements miss the prefix: whole warps skip.
+  if (__ballot_sync(kFullMask, valid) == 0) return;
+  const unsigned peers = __match_any_sync(kFullMask, valid ? bin : 0xFFFFFFFFu);
+  if (with_mass) weight = SumOverPeers(peers, valid ? weight : 0);
+  if (valid && __ffs(peers) - 1 == Lane()) {
+    atomicAdd(&s.hist_count[bin], static_cast<uint32_t>(__popc(peers)));
+    if (with_mass) atomicAdd(&s.hist_mass[bin], weight);
+  }
+}
+
+__device__ void ClearHistogram(Shared& s) {
+  for (int i = threadIdx.x; i < 256; i += kThreads) {
+    s.hist_count[i] = 0;
+    s.hist_mass[i] = 0;
+  }
+}
+
+// The bits of a key above digit `shift`.
+__device__ __forceinline__ uint32_t HighMask(int shift) {
+  return shift == 24 ? 0u : 0xFFFFFFFFu << (shift + 8);
+}
+
+// Warp 0, after a top-k round: the digit of the k-th largest key. Lane l
+// holds bins 255 - 8l .. 248 - 8l (largest first); the lane where the count
+// from the top first reaches `remaining` holds it.
+__device__ void PickTopKDigit(int shift, uint32_t k, Shared& s) {
+  const int lane = Lane();
+  uint32_t c[8];
+  uint32_t sum = 0;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    c[q] = s.hist_count[255 - 8 * lane - q];
+    sum += c[q];
+  }
+  uint32_t inclusive = sum;
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t t = __shfl_up_sync(kFullMask, inclusive, o);
+    if (lane >= o) inclusive += t;
+  }
+  const uint32_t remaining = s.remaining;
+  const unsigned reached = __ballot_sync(kFullMask, inclusive >= remaining);
+  // Always reached: `remaining` never exceeds the elements that match.
+  if (reached == 0 || lane != __ffs(reached) - 1) return;
+  uint32_t above = inclusive - sum;
+  int bin = 248 - 8 * lane;
+  uint32_t at = c[7];
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    if (above + c[q] >= remaining) {
+      bin = 255 - 8 * lane - q;
+      at = c[q];
+      break;
+    }
+    above += c[q];
+  }
+  s.remaining = remaining - above;
+  s.prefix |= static_cast<uint32_t>(bin) << shift;
+  // After the last digit: ids above the threshold plus ids equal to it.
+  if (shift == 0) s.count_ge = k - s.remaining + at;
+}
+
+struct Selection {
+  float threshold;
+  uint32_t count_ge;  // ids with z >= threshold
+};
+
+// The k-th largest z of the source (1 <= k <= its size), by radix selection
+// on order keys.
+template <typename Source>
+__device__ Selection SelectTopK(const Source& source, uint32_t k, Shared& s) {
+  if (threadIdx.x == 0) {
+    s.prefix = 0;
+    s.remaining = k;
+    s.count_ge = 0;
+  }
+  __syncthreads();
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    const uint32_t prefix = s.prefix;
+    const uint32_t high = HighMask(shift);
+    ClearHistogram(s);
+    __syncthreads();
+    source.ForEach([&](float z, bool valid) {
+      const uint32_t key = OrderKey(z);
+      HistogramAdd(valid && ((key ^ prefix) & high) == 0, (key >> shift) & 0xFFu, 0, false, s);
+    });
+    __syncthreads();
+    if (Warp() == 0) PickTopKDigit(shift, k, s);
+    __syncthreads();
+  }
+  const Selection selection{FromOrderKey(s.prefix), s.count_ge};
+  __syncthreads();
+  return selection;
+}
+
+// Warp 0, after a top-p round: the lowest non-empty bin whose mass above it
+// (s.above, the mass above the current prefix, plus the higher bins) is
+// still below the limit. That mass only grows towards lower bins, so the
+// bins that qualify are the non-empty ones above a crossing point.
+__device__ void PickTopPDigit(int shift, double limit, Shared& s) {
+  const int lane = Lane();
+  uint32_t c[8];
+  unsigned long long m[8];
+  unsigned long long sum = 0;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    c[q] = s.hist_count[255 - 8 * lane - q];
+    m[q] = s.hist_mass[255 - 8 * lane - q];
+    sum += m[q];
+  }
+  unsigned long long inclusive = sum;
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long t = __shfl_up_sync(kFullMask, inclusive, o);
+    if (lane >= o) inclusive += t;
+  }
+  unsigned long long running = s.above + (inclusive - sum);
+  int chosen = -1;
+  unsigned long long chosen_above = 0;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    if (c[q] != 0 && FixedToDouble(running) < limit) {
+      chosen = 255 - 8 * lane - q;
+      chosen_above = running;
+    }
+    running += m[q];
+  }
+  const unsigned has = __ballot_sync(kFullMask, chosen >= 0);
+  // Never empty: the highest non-empty bin has only s.above above it, and
+  // s.above < limit holds from the first round on (limit > 0).
+  if (has == 0 || lane != 31 - __clz(has)) return;
+  s.prefix |= static_cast<uint32_t>(chosen) << shift;
+  s.above = chosen_above;
+}
+
+// Among the source's ids with z >= kept_threshold: the smallest value v with
+// mass(z > v) < limit (draft_sampler.h), by radix selection where each bin
+// also carries its fixed-point mass.
+template <typename Source>
+__device__ float SelectTopP(const Source& source, float kept_threshold, float row_max,
+                            double limit, Shared& s) {
+  if (threadIdx.x == 0) {
+    s.prefix = 0;
+    s.above = 0;
+  }
+  __syncthreads();
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    const uint32_t prefix = s.prefix;
+    const uint32_t high = HighMask(shift);
+    ClearHistogram(s);
+    __syncthreads();
+    source.ForEach([&](float z, bool valid) {
+      const uint32_t key = OrderKey(z);
+      const bool match = valid && z >= kept_threshold && ((key ^ prefix) & high) == 0;
+      HistogramAdd(match, (key >> shift) & 0xFFu, match ? FixedWeight(z, row_max) : 0, true, s);
+    });
+    __syncthreads();
+    if (Warp() == 0) PickTopPDigit(shift, limit, s);
+    __syncthreads();
+  }
+  const float threshold = FromOrderKey(s.prefix);
+  __syncthreads();
+  return threshold;
+}
+
+// Fixed-point mass of the source's ids with z >= threshold.
+template <typename Source>
+__device__ unsigned long long KeptMass(const Source& source, float threshold, float row_max,
+                                       Shared& s) {
+  unsigned long long mass = 0;
+  source.ForEach([&](float z, bool valid) {
+    if (valid && z >= threshold) mass += FixedWeight(z, row_max);
+  });
+  return BlockSum(mass, s);
+}
+
+// Copies the z of the row's ids with z >= floor into s.candidates (at most
+// kCandidateCap; callers know the count) and returns them as a source.
+__device__ ListSource CopyCandidates(const RowView& row, float floor, Shared& s) {
+  if (threadIdx.x == 0) s.num_candidates = 0;
+  __syncthreads();
+  const int lane = Lane();
+  RowSource{row}.ForEach([&](float z, bool valid) {
+    const bool take = valid && z >= floor;
+    const unsigned taken = __ballot_sync(kFullMask, take);
+    int32_t base = 0;
+    if (lane == 0 && taken != 0) base = atomicAdd(&s.num_candidates, __popc(taken));
+    base = __shfl_sync(kFullMask, base, 0);
+    const int32_t slot = base + __popc(taken & ((1u << lane) - 1u));
+    if (take && slot < kCandidateCap) s.candidates[slot] = z;
+  });
+  __syncthreads();
+  return ListSource{s.candidates, min(s.num_candidates, kCandidateCap)};
+}
+
+// ---------------------------------------------------------------- passes
+
+struct Scan {
+  float row_max;
+  int32_t argmax;
+  int32_t non_finite;  // lowest id whose z is not finite, kNoId if none
+};
+
+// Pass 1.
+__device__ Scan ScanRow(const RowView& row, Shared& s) {
+  float best = kNegInf;
+  int32_t best_id = kNoId;
+  int32_t bad = kNoId;
+  for (int32_t g = threadIdx.x; g < row.groups(); g += kThreads) {
+    float z[4];
+    row.Load(g, z);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int32_t id = 4 * g + j;
+      if (id >= row.size) continue;
+      if (!IsFinite(z[j])) {
+        bad = min(bad, id);
+      } else if (MaxBeats(z[j], id, best, best_id)) {
+        best = z[j];
+        best_id = id;
+      }
+    }
+  }
+  BlockBestPair(&best, &best_id, s, [](float v, int32_t id, float b, int32_t b_id) {
+    return MaxBeats(v, id, b, b_id);
+  });
+  return Scan{best, best_id, BlockMin(bad, s)};
+}
+
+// Pass 2: the row's mass; with `pivots`, the nested near-the-top sets into
+// s.pivot_count/mass; with `one_hot` (greedy rows), p = one-hot at the argmax.
+__device__ unsigned long long MassPass(const RowView& row, const Scan& scan, bool pivots,
+                                       bool one_hot, float* probs, bool vector_probs,
+                                       Shared& s) {
+  float near[kPivots];
+#pragma unroll
+  for (int j = 0; j < kPivots; ++j) near[j] = FSub(scan.row_max, PivotDistance(j));
+  unsigned long long total = 0;
+  uint32_t count[kPivots] = {};
+  unsigned long long mass[kPivots] = {};
+  for (int32_t g = threadIdx.x; g < row.groups(); g += kThreads) {
+    float z[4];
+    row.Load(g, z);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (4 * g + j >= row.size) continue;
+      const unsigned long long w = FixedWeight(z[j], scan.row_max);
+      total += w;
+      if (pivots && z[j] >= near[kPivots - 1]) {
+#pragma unroll
+        for (int q = 0; q < kPivots; ++q) {
+          if (z[j] >= near[q]) {
+            ++count[q];
+            mass[q] += w;
+          }
+        }
+      }
+    }
+    if (one_hot) {
+      float p[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) p[j] = 4 * g + j == scan.argmax ? 1.0f : 0.0f;
+      StoreGroup(probs, g, row.size, vector_probs, p);
+    }
+  }
+  if (pivots) BlockSumPivots(count, mass, s);
+  return BlockSum(total, s);
+}
+
+struct Kept {
+  float threshold;
+  unsigned long long mass;
+};
+
+// Pass 3: the top-k / top-p threshold and the mass of the ids it keeps.
+__device__ Kept Thresholds(const RowView& row, const Scan& scan, unsigned long long total,
+                           int32_t top_k, float top_p, Shared& s) {
+  const bool top_k_on = draft_internal::TopKActive(top_k, row.size);
+  const bool top_p_on = top_p < 1.0f;
+  const RowSource whole{row};
+  // The near-the-top set j (j == kPivots: the whole row) and its size.
+  const auto floor_of = [&](int j) {
+    return j < kPivots ? FSub(scan.row_max, PivotDistance(j)) : kNegInf;
+  };
+  const auto count_of = [&](int j) {
+    return j < kPivots ? s.pivot_count[j] : static_cast<uint32_t>(row.size);
+  };
+
+  Kept kept{kNegInf, total};
+  bool listed = false;  // s.candidates holds every id with z >= kept.threshold
+  ListSource list{nullptr, 0};
+  if (top_k_on) {
+    // The smallest set with k ids holds the top k.
+    int j = 0;
+    while (j < kPivots && s.pivot_count[j] < static_cast<uint32_t>(top_k)) ++j;
+    if (count_of(j) <= kCandidateCap) {
+      list = CopyCandidates(row, floor_of(j), s);
+      listed = true;
+    }
+    const Selection selection = listed ? SelectTopK(list, top_k, s) : SelectTopK(whole, top_k, s);
+    kept.threshold = selection.threshold;
+    if (!listed && top_p_on && selection.count_ge <= kCandidateCap) {
+      list = CopyCandidates(row, kept.threshold, s);
+      listed = true;
+    }
+    kept.mass = listed ? KeptMass(list, kept.threshold, scan.row_max, s)
+                       : KeptMass(whole, kept.threshold, scan.row_max, s);
+  }
+  if (top_p_on) {
+    const double limit = DMul(static_cast<double>(top_p), FixedToDouble(kept.mass));
+    if (!top_k_on) {
+      // No id below a set whose mass reaches the limit is kept: its mass
+      // above is at least that set's.
+      int j = 0;
+      while (j < kPivots && !(FixedToDouble(s.pivot_mass[j]) >= limit)) ++j;
+      if (count_of(j) <= kCandidateCap) {
+        list = CopyCandidates(row, floor_of(j), s);
+        listed = true;
+      }
+    }
+    kept.threshold = listed ? SelectTopP(list, kept.threshold, scan.row_max, limit, s)
+                            : SelectTopP(whole, kept.threshold, scan.row_max, limit, s);
+    kept.mass = listed ? KeptMass(list, kept.threshold, scan.row_max, s)
+                       : KeptMass(whole, kept.threshold, scan.row_max, s);
+  }
+  return kept;
+}
+
+// True if no key of weight p can beat best_key whatever its uniform:
+// UniformOpen01 never exceeds 1 - 2^-24, so the race's exponential is at
+// least about 2^-24 and a key at most about p * 2^24; p * 2^25 < best_key
+// (exact: a power-of-two scaling) leaves a factor 2 for rounding. Groups
+// whose ids are all out of reach skip their Philox block.
+__device__ __forceinline__ bool OutOfReach(float p, float best_key) {
+  return FMul(p, 33554432.0f) < best_key;  // 2^25
+}
+
+// Pass 4: p over the kept ids, written out, and the race over p.
+__device__ int32_t ProposalPass(const RowView& row, const Scan& scan, const Kept& kept,
+                                uint64_t seed, int64_t position, float* probs,
+                                bool vector_probs, Shared& s) {
+  const float mass = FixedToFloat(kept.mass);
+  float best_key = 0.0f;
+  int32_t best_id = kNoId;
+  for (int32_t g = threadIdx.x; g < row.groups(); g += kThreads) {
+    float z[4];
+    row.Load(g, z);
+    float p[4];
+    bool race = false;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      p[j] = 4 * g + j < row.size
+                 ? draft_internal::KeptProb(z[j], scan.row_max, kept.threshold, mass)
+                 : 0.0f;
+      race |= p[j] > 0.0f && !OutOfReach(p[j], best_key);
+    }
+    StoreGroup(probs, g, row.size, vector_probs, p);
+    if (!race) continue;
+    const PhiloxBlock bits =
+        draft_internal::ProposalBits(seed, position, static_cast<uint32_t>(g));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (!(p[j] > 0.0f)) continue;
+      const float u = UniformOpen01(bits.v[j]);
+      if (RaceCannotBeat(p[j], u, best_key)) continue;
+      const float key = RaceKey(p[j], -LogPositive(u));
+      if (RaceBeats(key, 4 * g + j, best_key, best_id)) {
+        best_key = key;
+        best_id = 4 * g + j;
+      }
+    }
+  }
+  BlockBestPair(&best_key, &best_id, s, [](float k, int32_t id, float b, int32_t b_id) {
+    return RaceBeats(k, id, b, b_id);
+  });
+  return best_id;
+}
+
+// One row; returns its error key (0 if none), the same in every thread.
+__device__ uint64_t SampleRow(const KernelArgs& a, int32_t row, Shared& s) {
+  const DraftSampleInputs& in = a.in;
+  const float temperature = in.temperatures[row];
+  const int32_t top_k = in.top_ks[row];
+  const float top_p = in.top_ps[row];
+  const DraftParam bad = draft_internal::BadParam(temperature, top_k, top_p);
+  if (bad != DraftParam::kNone) {
+    return draft_internal::ErrorKey(row, DraftErrorCode::kBadSamplingParams,
+                                    static_cast<uint32_t>(bad));
+  }
+  const int64_t offset = static_cast<int64_t>(row) * in.vocab_size;
+  const RowView view{in.logits + offset, in.vocab_size,
+                     draft_internal::RowInverseTemperature(temperature), a.vector_logits};
+  float* probs = a.out.probs + offset;
+
+  const Scan scan = ScanRow(view, s);
+  if (scan.non_finite != kNoId) {
+    return draft_internal::ErrorKey(row, DraftErrorCode::kNonFiniteLogit,
+                                    static_cast<uint32_t>(scan.non_finite));
+  }
+  const bool greedy = temperature == 0.0f;
+  const bool pivots =
+      !greedy && (draft_internal::TopKActive(top_k, in.vocab_size) || top_p < 1.0f);
+  const unsigned long long total =
+      MassPass(view, scan, pivots, greedy, probs, a.vector_probs, s);
+  if (greedy) {
+    if (threadIdx.x == 0) {
+      a.out.token_ids[row] = scan.argmax;
+      a.out.signals[row] = draft_internal::Signal(total);
+    }
+    return 0;
+  }
+  const Kept kept = Thresholds(view, scan, total, top_k, top_p, s);
+  const int32_t token = ProposalPass(view, scan, kept, in.seeds[row], in.positions[row], probs,
+                                     a.vector_probs, s);
+  if (threadIdx.x == 0) {
+    a.out.token_ids[row] = token;
+    a.out.signals[row] = draft_internal::Signal(kept.mass);
+  }
+  return 0;
+}
+
+// Thread 0 of every CTA: folds the row's error into the accumulator; the
+// last CTA publishes the launch's record and zeroes the workspace.
+__device__ void FinishRow(const KernelArgs& a, uint64_t error_key) {
+  if (threadIdx.x != 0) return;
+  Workspace* ws = a.workspace;
+  if (error_key != 0) atomicMax(&ws->error_acc, ~static_cast<unsigned long long>(error_key));
+  __threadfence();
+  const unsigned int done = atomicAdd(&ws->done, 1u);
+  if (done + 1 != static_cast<unsigned int>(a.grid_rows)) return;
+  __threadfence();
+  const unsigned long long acc = atomicExch(&ws->error_acc, 0ull);
+  a.out.error->key = acc == 0 ? 0 : ~acc;
+  atomicExch(&ws->done, 0u);
+}
+
+__global__ void __launch_bounds__(kThreads, 2) DraftSampleKernel(const __grid_constant__ KernelArgs a) {
+  __shared__ Shared s;
+  const int32_t row = static_cast<int32_t>(blockIdx.x);
+  const uint64_t error_key = row < a.in.num_rows ? SampleRow(a, row, s) : 0;
+  FinishRow(a, error_key);
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+absl::Status DraftSampleCuda(const DraftSampleInputs& in, DraftSampleOutputs* out,
+                             void* workspace, cudaStream_t stream) {
+  if (absl::Status shape = draft_internal::CheckShape(in, out); !shape.ok()) return shape;
+  if (out->error == nullptr || workspace == nullptr) {
+    return absl::InvalidArgumentError(
+        "draft sampler: the CUDA launcher needs an error record and a workspace");
+  }
+  KernelArgs args;
+  args.in = in;
+  args.out = *out;
+  args.workspace = static_cast<Workspace*>(workspace);
+  args.grid_rows = std::max(in.num_rows, 1);
+  args.vector_logits = in.vocab_size % 4 == 0 && Aligned16(in.logits);
+  args.vector_probs = in.vocab_size % 4 == 0 && Aligned16(out->probs);
+  DraftSampleKernel<<<args.grid_rows, kThreads, 0, stream>>>(args);
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status ReadDraftSampleError(const DraftSampleOutputs& outputs, cudaStream_t stream) {
+  if (outputs.error == nullptr) {
+    return absl::InvalidArgumentError("draft sampler: no error record");
+  }
+  DraftErrorRecord record;
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&record, outputs.error, sizeof(record),
+                                               cudaMemcpyDeviceToHost, stream));
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return DraftErrorStatus(record);
+}
+
+}  // namespace verdict

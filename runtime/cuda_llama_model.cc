@@ -1,0 +1,641 @@
+#include "runtime/cuda_llama_model.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda_check.h"
+#include "kernels/model/add_bias.h"
+#include "kernels/model/embedding.h"
+#include "kernels/model/gemm.h"
+#include "kernels/model/kv_cache_write.h"
+#include "kernels/model/paged_attention.h"
+#include "kernels/model/paged_kv.h"
+#include "kernels/model/rms_norm.h"
+#include "kernels/model/rope.h"
+#include "kernels/model/silu_and_mul.h"
+#include "runtime/rope.h"
+
+namespace verdict {
+namespace {
+
+// One cudaMalloc, freed with its owner.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+
+  absl::Status Allocate(size_t bytes) {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+    if (bytes == 0) return absl::OkStatus();
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr_, bytes));
+    bytes_ = bytes;
+    return absl::OkStatus();
+  }
+  // Grows (never shrinks) to at least `bytes`; the contents are not kept.
+  absl::Status Reserve(size_t bytes) {
+    return bytes <= bytes_ ? absl::OkStatus() : Allocate(bytes + bytes / 4);
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Page-locked host memory, so the step's metadata upload is one async copy.
+class PinnedBuffer {
+ public:
+  ~PinnedBuffer() {
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+  }
+  absl::Status Reserve(size_t bytes) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr_, bytes + bytes / 4));
+    bytes_ = bytes + bytes / 4;
+    return absl::OkStatus();
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct DeviceLayer {
+  bool sliding = false;
+  DeviceBuffer input_norm;
+  DeviceBuffer qkv;       // [q; k; v] rows of this rank, [q + 2 kv, hidden]
+  DeviceBuffer qkv_bias;  // qkv_bias only
+  DeviceBuffer q_norm, k_norm;  // qk_norm only
+  DeviceBuffer o;         // [hidden, q]
+  DeviceBuffer o_bias;    // o_bias only; added once after the all-reduce
+  DeviceBuffer post_norm;
+  DeviceBuffer gate_up;   // [gate; up] rows, [2 inter, hidden]
+  DeviceBuffer down;      // [hidden, inter]
+  DeviceBuffer k_cache, v_cache;
+};
+
+// Sizes of this rank's shard.
+struct LocalShape {
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int inter = 0;
+  int vocab_shard = 0;  // padded vocabulary / tp
+  int q_size() const { return heads * head_dim; }
+  int kv_size() const { return kv_heads * head_dim; }
+  int qkv_size() const { return q_size() + 2 * kv_size(); }
+};
+
+class CudaLlamaModel : public ModelRunner {
+ public:
+  CudaLlamaModel(const ModelConfig& config, const KvCache* kv_cache, Communicator* comm,
+                 TensorParallel tp, int device)
+      : config_(config), kv_cache_(kv_cache), comm_(comm), tp_(tp), device_(device) {
+    shape_.hidden = config.hidden_size;
+    shape_.heads = config.num_heads / tp.size;
+    shape_.kv_heads = config.num_kv_heads / tp.size;
+    shape_.head_dim = config.head_dim;
+    shape_.inter = config.intermediate_size / tp.size;
+    shape_.vocab_shard = PaddedVocabSize(config.vocab_size, tp.size) / tp.size;
+  }
+  ~CudaLlamaModel() override {
+    cudaSetDevice(device_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  absl::Status Init(const WeightSource& source, int load_threads);
+
+  const ModelConfig& config() const override { return config_; }
+  absl::Status Forward(const ForwardBatch& batch, float* logits) override;
+  bool logits_on_device_ok() const override { return true; }
+
+ private:
+  // One pass over the layers for `batch`, whose requests each bring at most
+  // the sliding layers' chunk of tokens (or any number without sliding
+  // layers). Logit rows go to host `logits` at row `dst_rows[i]` onwards for
+  // request i.
+  absl::Status RunPass(const ForwardBatch& batch, const std::vector<int64_t>& dst_rows,
+                       float* logits);
+  absl::Status LoadWeights(const WeightSource& source, int load_threads);
+  absl::Status AllReduce(void* buffer, size_t count, DataType type) {
+    if (tp_.size == 1) return absl::OkStatus();
+    return comm_->AllReduceSum(buffer, buffer, count, type, stream_);
+  }
+
+  ModelConfig config_;
+  const KvCache* kv_cache_;
+  Communicator* comm_;
+  TensorParallel tp_;
+  int device_;
+  LocalShape shape_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Gemm> gemm_;
+
+  DeviceBuffer embed_;  // [vocab_shard, hidden]
+  DeviceBuffer lm_head_;  // untied only
+  DeviceBuffer final_norm_;
+  DeviceBuffer inv_freq_;
+  std::vector<DeviceLayer> layers_;
+
+  // Per-step buffers, grown to the largest step seen.
+  PinnedBuffer host_meta_;
+  DeviceBuffer meta_;
+  DeviceBuffer residual_, normed_, qkv_, attn_, o_out_, gate_up_, act_, mlp_out_;
+  DeviceBuffer selected_, local_logits_, gathered_, full_logits_, attn_workspace_;
+};
+
+absl::Status CudaLlamaModel::Init(const WeightSource& source, int load_threads) {
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  absl::StatusOr<std::unique_ptr<Gemm>> gemm = Gemm::Create();
+  if (!gemm.ok()) return gemm.status();
+  gemm_ = *std::move(gemm);
+  if (absl::Status s = LoadWeights(source, load_threads); !s.ok()) return s;
+
+  const std::vector<float> inv_freq = RopeInvFrequencies(config_);
+  if (absl::Status s = inv_freq_.Allocate(inv_freq.size() * sizeof(float)); !s.ok()) return s;
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpy(inv_freq_.as<float>(), inv_freq.data(),
+                                          inv_freq.size() * sizeof(float),
+                                          cudaMemcpyHostToDevice));
+
+  // The device KV cache: the KvCache's slots, bf16.
+  const KvCacheConfig& kv = kv_cache_->config();
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const size_t bytes = static_cast<size_t>(kv_cache_->slots_in_layer(l)) * kv.num_kv_heads *
+                         kv.head_dim * sizeof(uint16_t);
+    if (absl::Status s = layers_[l].k_cache.Allocate(bytes); !s.ok()) return s;
+    if (absl::Status s = layers_[l].v_cache.Allocate(bytes); !s.ok()) return s;
+    layers_[l].sliding = kv_cache_->is_sliding(l);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::LoadWeights(const WeightSource& source, int load_threads) {
+  const LocalShape& s = shape_;
+  const int64_t hidden = s.hidden;
+  layers_ = std::vector<DeviceLayer>(config_.num_layers);
+  auto alloc = [](DeviceBuffer& b, int64_t elements) {
+    return b.Allocate(static_cast<size_t>(elements) * sizeof(uint16_t));
+  };
+  std::vector<absl::Status> allocs = {
+      alloc(embed_, static_cast<int64_t>(s.vocab_shard) * hidden),
+      alloc(final_norm_, hidden),
+  };
+  if (!config_.tie_word_embeddings) {
+    allocs.push_back(alloc(lm_head_, static_cast<int64_t>(s.vocab_shard) * hidden));
+  }
+  for (DeviceLayer& l : layers_) {
+    allocs.push_back(alloc(l.input_norm, hidden));
+    allocs.push_back(alloc(l.qkv, s.qkv_size() * hidden));
+    if (config_.qkv_bias) allocs.push_back(alloc(l.qkv_bias, s.qkv_size()));
+    if (config_.qk_norm) {
+      allocs.push_back(alloc(l.q_norm, s.head_dim));
+      allocs.push_back(alloc(l.k_norm, s.head_dim));
+    }
+    allocs.push_back(alloc(l.o, hidden * s.q_size()));
+    if (config_.o_bias) allocs.push_back(alloc(l.o_bias, hidden));
+    allocs.push_back(alloc(l.post_norm, hidden));
+    allocs.push_back(alloc(l.gate_up, 2 * static_cast<int64_t>(s.inter) * hidden));
+    allocs.push_back(alloc(l.down, hidden * s.inter));
+  }
+  for (const absl::Status& st : allocs) {
+    if (!st.ok()) return st;
+  }
+
+  // Where each tensor's shard goes: the field of a scratch LlamaWeights that
+  // ForEachLlamaWeight pairs it with names it; q/k/v and gate/up are stacked.
+  LlamaWeights scratch;
+  std::map<const HostTensor*, uint16_t*> destination;
+  std::vector<WeightSpec> specs;
+  std::vector<const HostTensor*> fields;
+  ForEachLlamaWeight(config_, &scratch, [&](WeightSpec spec, HostTensor* field) {
+    specs.push_back(std::move(spec));
+    fields.push_back(field);
+  });
+  destination[&scratch.embed_tokens] = embed_.as<uint16_t>();
+  destination[&scratch.final_norm] = final_norm_.as<uint16_t>();
+  destination[&scratch.lm_head] = lm_head_.as<uint16_t>();
+  for (int i = 0; i < config_.num_layers; ++i) {
+    const LlamaLayerWeights& w = scratch.layers[i];
+    DeviceLayer& d = layers_[i];
+    uint16_t* qkv = d.qkv.as<uint16_t>();
+    destination[&w.input_norm] = d.input_norm.as<uint16_t>();
+    destination[&w.q_proj] = qkv;
+    destination[&w.k_proj] = qkv + static_cast<int64_t>(s.q_size()) * hidden;
+    destination[&w.v_proj] = qkv + static_cast<int64_t>(s.q_size() + s.kv_size()) * hidden;
+    uint16_t* bias = d.qkv_bias.as<uint16_t>();
+    destination[&w.q_bias] = bias;
+    destination[&w.k_bias] = bias + s.q_size();
+    destination[&w.v_bias] = bias + s.q_size() + s.kv_size();
+    destination[&w.q_norm] = d.q_norm.as<uint16_t>();
+    destination[&w.k_norm] = d.k_norm.as<uint16_t>();
+    destination[&w.o_proj] = d.o.as<uint16_t>();
+    destination[&w.o_bias] = d.o_bias.as<uint16_t>();
+    destination[&w.post_attention_norm] = d.post_norm.as<uint16_t>();
+    destination[&w.gate_proj] = d.gate_up.as<uint16_t>();
+    destination[&w.up_proj] = d.gate_up.as<uint16_t>() + static_cast<int64_t>(s.inter) * hidden;
+    destination[&w.down_proj] = d.down.as<uint16_t>();
+  }
+
+  // A bad checkpoint fails before any large read.
+  for (const WeightSpec& spec : specs) {
+    if (absl::Status st = source.Check(spec); !st.ok()) return st;
+  }
+  // Shards are read (and dummy values generated) on several threads; each
+  // copies its own tensor to the device.
+  int threads = load_threads > 0 ? load_threads
+                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(specs.size())));
+  std::atomic<size_t> next{0};
+  std::mutex error_mu;
+  absl::Status error;
+  auto worker = [&] {
+    if (cudaSetDevice(device_) != cudaSuccess) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      error.Update(absl::InternalError("cudaSetDevice failed in a weight loading thread"));
+      return;
+    }
+    std::vector<uint16_t> staging;
+    for (size_t i = next++; i < specs.size(); i = next++) {
+      {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (!error.ok()) return;
+      }
+      const WeightSpec& spec = specs[i];
+      const int64_t n = ShardElements(spec, tp_);
+      staging.resize(static_cast<size_t>(n));
+      absl::Status st = source.ReadShard(spec, tp_, TensorDType::kBF16, staging.data());
+      if (st.ok()) {
+        st = CudaStatus(cudaMemcpy(destination.at(fields[i]), staging.data(),
+                                   static_cast<size_t>(n) * sizeof(uint16_t),
+                                   cudaMemcpyHostToDevice),
+                        "cudaMemcpy (weights)");
+      }
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        error.Update(st);
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
+  for (std::thread& t : pool) t.join();
+  return error;
+}
+
+absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, float* logits) {
+  if (absl::Status s = ValidateForwardBatch(batch, config_, *kv_cache_); !s.ok()) return s;
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const size_t n = batch.requests.size();
+  std::vector<int64_t> dst_rows(n);
+  int64_t rows = 0;
+  for (size_t i = 0; i < n; ++i) {
+    dst_rows[i] = rows;
+    rows += batch.requests[i].logit_rows();
+  }
+  // On sliding layers a pass may write at most the ring's speculative slots
+  // per request (the extra slots beyond the window): more would evict keys
+  // that the pass's own queries read. Long prefills take several passes, in
+  // position order; a pass's logit rows are the part of the request's
+  // wanted rows (a suffix) that falls inside it.
+  int64_t chunk = INT64_MAX;
+  if (config_.HasSlidingLayers()) {
+    chunk = std::max<int64_t>(1, kv_cache_->config().speculative_slots);
+  }
+  int64_t longest = 0;
+  for (const ForwardRequest& r : batch.requests) {
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(r.token_ids.size()));
+  }
+  if (longest <= chunk) return RunPass(batch, dst_rows, logits);
+  for (int64_t begin = 0; begin < longest; begin += chunk) {
+    ForwardBatch pass;
+    std::vector<int64_t> pass_dst;
+    for (size_t i = 0; i < n; ++i) {
+      const ForwardRequest& r = batch.requests[i];
+      const int64_t len = static_cast<int64_t>(r.token_ids.size());
+      if (begin >= len) continue;
+      const int64_t end = std::min(len, begin + chunk);
+      const int64_t first_wanted = len - r.logit_rows();
+      ForwardRequest p;
+      p.kv_handle = r.kv_handle;
+      p.start_position = r.start_position + begin;
+      p.token_ids = r.token_ids.subspan(begin, end - begin);
+      p.num_logits = static_cast<int>(std::clamp<int64_t>(end - first_wanted, 0, end - begin));
+      pass_dst.push_back(dst_rows[i] + std::max<int64_t>(0, begin - first_wanted));
+      pass.requests.push_back(p);
+    }
+    if (absl::Status s = RunPass(pass, pass_dst, logits); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
+                                     const std::vector<int64_t>& dst_rows, float* logits) {
+  const LocalShape& sh = shape_;
+  const int b = static_cast<int>(batch.requests.size());
+  const int t = static_cast<int>(batch.num_tokens());
+  const int out_rows = static_cast<int>(batch.num_logit_rows());
+  const KvCacheConfig& kvc = kv_cache_->config();
+  const float eps = config_.rms_norm_eps;
+  if (b == 0 || t == 0) return absl::OkStatus();
+
+  // ---- The step's metadata, packed into one upload. ----
+  int max_table = 1;
+  int max_query = 0;
+  int max_kv = 0;
+  for (const ForwardRequest& r : batch.requests) {
+    max_table = std::max<int>(max_table, static_cast<int>(kv_cache_->block_table(r.kv_handle).size()));
+    max_query = std::max<int>(max_query, static_cast<int>(r.token_ids.size()));
+    max_kv = std::max<int>(max_kv, static_cast<int>(r.start_position + r.token_ids.size()));
+  }
+  // Offsets (in int32 elements) of each array in the packed buffer.
+  const size_t o_ids = 0, o_pos = o_ids + t, o_qstart = o_pos + t, o_kvlen = o_qstart + b + 1,
+               o_tables = o_kvlen + b, o_rings = o_tables + static_cast<size_t>(b) * max_table,
+               total = o_rings + b;
+  if (absl::Status s = host_meta_.Reserve(total * sizeof(int32_t)); !s.ok()) return s;
+  if (absl::Status s = meta_.Reserve(total * sizeof(int32_t)); !s.ok()) return s;
+  int32_t* h = host_meta_.as<int32_t>();
+  {
+    int row = 0;
+    for (int i = 0; i < b; ++i) {
+      const ForwardRequest& r = batch.requests[i];
+      h[o_qstart + i] = row;
+      for (size_t k = 0; k < r.token_ids.size(); ++k, ++row) {
+        h[o_ids + row] = r.token_ids[k];
+        h[o_pos + row] = static_cast<int32_t>(r.start_position + static_cast<int64_t>(k));
+      }
+      h[o_kvlen + i] = static_cast<int32_t>(r.start_position + r.token_ids.size());
+      absl::Span<const int32_t> table = kv_cache_->block_table(r.kv_handle);
+      int32_t* dst = h + o_tables + static_cast<size_t>(i) * max_table;
+      std::fill(dst, dst + max_table, 0);
+      std::copy(table.begin(), table.end(), dst);
+      h[o_rings + i] = std::max(0, kv_cache_->ring(r.kv_handle));
+    }
+    h[o_qstart + b] = row;
+  }
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.as<int32_t>(), h, total * sizeof(int32_t),
+                                               cudaMemcpyHostToDevice, stream_));
+  const int32_t* d = meta_.as<int32_t>();
+  PagedBatch full_batch;
+  full_batch.num_reqs = b;
+  full_batch.total_q = t;
+  full_batch.q_start = d + o_qstart;
+  full_batch.kv_len = d + o_kvlen;
+  full_batch.positions = d + o_pos;
+  full_batch.block_tables = d + o_tables;
+  full_batch.max_query_len = max_query;
+  full_batch.max_kv_len = max_kv;
+  PagedBatch ring_batch = full_batch;
+  ring_batch.block_tables = d + o_rings;
+
+  KvCacheLayout full_layout;
+  full_layout.num_blocks = kvc.num_blocks;
+  full_layout.block_size = kvc.block_size;
+  full_layout.num_kv_heads = sh.kv_heads;
+  full_layout.head_dim = sh.head_dim;
+  full_layout.max_blocks_per_req = max_table;
+  // A ring per request: slot = ring * ring_size + position % ring_size.
+  KvCacheLayout ring_layout = full_layout;
+  ring_layout.num_blocks = kvc.max_requests;
+  ring_layout.block_size = kv_cache_->ring_size();
+  ring_layout.max_blocks_per_req = 1;
+  ring_layout.ring_blocks = 1;
+
+  // ---- Activations. ----
+  auto reserve = [](DeviceBuffer& buf, size_t elements, size_t element_bytes) {
+    return buf.Reserve(elements * element_bytes);
+  };
+  const size_t T = static_cast<size_t>(t);
+  for (absl::Status s :
+       {reserve(residual_, T * sh.hidden, 4), reserve(normed_, T * sh.hidden, 2),
+        reserve(qkv_, T * sh.qkv_size(), 2), reserve(attn_, T * sh.q_size(), 2),
+        reserve(o_out_, T * sh.hidden, 2), reserve(gate_up_, T * 2 * sh.inter, 2),
+        reserve(act_, T * sh.inter, 2), reserve(mlp_out_, T * sh.hidden, 2)}) {
+    if (!s.ok()) return s;
+  }
+  AttentionConfig attn_full;
+  attn_full.num_heads = sh.heads;
+  AttentionConfig attn_sliding = attn_full;
+  attn_sliding.sliding_window = config_.sliding_window;
+  size_t workspace = 0;
+  for (const DeviceLayer& l : layers_) {
+    workspace = std::max(workspace, l.sliding ? PagedAttentionWorkspaceBytes(ring_batch, ring_layout,
+                                                                             attn_sliding)
+                                              : PagedAttentionWorkspaceBytes(full_batch, full_layout,
+                                                                             attn_full));
+  }
+  if (absl::Status s = attn_workspace_.Reserve(workspace); !s.ok()) return s;
+
+  float* residual = residual_.as<float>();
+  uint16_t* normed = normed_.as<uint16_t>();
+  uint16_t* qkv = qkv_.as<uint16_t>();
+  uint16_t* attn = attn_.as<uint16_t>();
+  uint16_t* o_out = o_out_.as<uint16_t>();
+  uint16_t* gate_up = gate_up_.as<uint16_t>();
+  uint16_t* act = act_.as<uint16_t>();
+  uint16_t* mlp_out = mlp_out_.as<uint16_t>();
+  const int qkv_stride = sh.qkv_size();
+
+  // ---- Embedding (vocab-parallel: zeros outside this rank's rows). ----
+  const EmbeddingShard shard{tp_.rank * sh.vocab_shard, (tp_.rank + 1) * sh.vocab_shard,
+                             sh.hidden};
+  if (absl::Status s = InvokeEmbedding(d + o_ids, t, embed_.as<uint16_t>(), shard, residual, stream_);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = AllReduce(residual, T * sh.hidden, DataType::kFloat32); !s.ok()) return s;
+
+  // ---- Decoder layers. ----
+  for (int li = 0; li < config_.num_layers; ++li) {
+    const DeviceLayer& w = layers_[li];
+    absl::Status s =
+        li == 0 ? InvokeRmsNorm(residual, w.input_norm.as<uint16_t>(), normed, t, sh.hidden, eps,
+                                stream_)
+                : InvokeAddRmsNorm(mlp_out, residual, w.input_norm.as<uint16_t>(), normed, t,
+                                   sh.hidden, eps, stream_);
+    if (!s.ok()) return s;
+    s = gemm_->Run(normed, w.qkv.as<uint16_t>(), w.qkv_bias.as<uint16_t>(), qkv, t, sh.qkv_size(),
+                   sh.hidden, stream_);
+    if (!s.ok()) return s;
+    if (config_.qk_norm) {
+      s = InvokeHeadRmsNorm(qkv, t, sh.heads, sh.head_dim, qkv_stride, w.q_norm.as<uint16_t>(), eps,
+                            stream_);
+      if (!s.ok()) return s;
+      s = InvokeHeadRmsNorm(qkv + sh.q_size(), t, sh.kv_heads, sh.head_dim, qkv_stride,
+                            w.k_norm.as<uint16_t>(), eps, stream_);
+      if (!s.ok()) return s;
+    }
+    const RopeShape rope{t, sh.heads, sh.kv_heads, sh.head_dim, qkv_stride, qkv_stride};
+    s = InvokeRope(qkv, qkv + sh.q_size(), d + o_pos, inv_freq_.as<float>(), rope, stream_);
+    if (!s.ok()) return s;
+    const PagedBatch& pb = w.sliding ? ring_batch : full_batch;
+    const KvCacheLayout& layout = w.sliding ? ring_layout : full_layout;
+    uint16_t* k_cache = w.k_cache.as<uint16_t>();
+    uint16_t* v_cache = w.v_cache.as<uint16_t>();
+    s = InvokeKvCacheWrite(qkv + sh.q_size(), qkv_stride, qkv + sh.q_size() + sh.kv_size(),
+                           qkv_stride, pb, layout, k_cache, v_cache, stream_);
+    if (!s.ok()) return s;
+    s = InvokePagedAttention(qkv, qkv_stride, k_cache, v_cache, pb, layout,
+                             w.sliding ? attn_sliding : attn_full, attn, sh.q_size(),
+                             attn_workspace_.as<void>(), attn_workspace_.bytes(), stream_);
+    if (!s.ok()) return s;
+    // Row-parallel output projection: partial sums, the all-reduce, then the
+    // bias once.
+    s = gemm_->Run(attn, w.o.as<uint16_t>(), nullptr, o_out, t, sh.hidden, sh.q_size(), stream_);
+    if (!s.ok()) return s;
+    if (s = AllReduce(o_out, T * sh.hidden, DataType::kBFloat16); !s.ok()) return s;
+    if (config_.o_bias) {
+      s = InvokeAddBias(o_out, w.o_bias.as<uint16_t>(), t, sh.hidden, stream_);
+      if (!s.ok()) return s;
+    }
+    s = InvokeAddRmsNorm(o_out, residual, w.post_norm.as<uint16_t>(), normed, t, sh.hidden, eps,
+                         stream_);
+    if (!s.ok()) return s;
+    s = gemm_->Run(normed, w.gate_up.as<uint16_t>(), nullptr, gate_up, t, 2 * sh.inter, sh.hidden,
+                   stream_);
+    if (!s.ok()) return s;
+    if (s = InvokeSiluAndMul(gate_up, act, t, sh.inter, stream_); !s.ok()) return s;
+    s = gemm_->Run(act, w.down.as<uint16_t>(), nullptr, mlp_out, t, sh.hidden, sh.inter, stream_);
+    if (!s.ok()) return s;
+    if (s = AllReduce(mlp_out, T * sh.hidden, DataType::kBFloat16); !s.ok()) return s;
+  }
+  if (out_rows == 0) {
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return comm_ != nullptr && tp_.size > 1 ? comm_->Synchronize(stream_) : absl::OkStatus();
+  }
+
+  // ---- Final norm and the LM head on the wanted rows. ----
+  absl::Status s = InvokeAddRmsNorm(mlp_out, residual, final_norm_.as<uint16_t>(), normed, t,
+                                    sh.hidden, eps, stream_);
+  if (!s.ok()) return s;
+  const uint16_t* head_in = normed;
+  if (out_rows != t) {
+    // Each request's wanted rows are its last ones: one copy per request.
+    if (s = reserve(selected_, static_cast<size_t>(out_rows) * sh.hidden, 2); !s.ok()) return s;
+    int src_row = 0;
+    int dst_row = 0;
+    for (const ForwardRequest& r : batch.requests) {
+      const int len = static_cast<int>(r.token_ids.size());
+      const int want = r.logit_rows();
+      if (want > 0) {
+        VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+            selected_.as<uint16_t>() + static_cast<size_t>(dst_row) * sh.hidden,
+            normed + static_cast<size_t>(src_row + len - want) * sh.hidden,
+            static_cast<size_t>(want) * sh.hidden * sizeof(uint16_t), cudaMemcpyDeviceToDevice,
+            stream_));
+      }
+      src_row += len;
+      dst_row += want;
+    }
+    head_in = selected_.as<uint16_t>();
+  }
+  const size_t local_elems = static_cast<size_t>(out_rows) * sh.vocab_shard;
+  if (s = reserve(local_logits_, local_elems, 4); !s.ok()) return s;
+  const uint16_t* head = config_.tie_word_embeddings ? embed_.as<uint16_t>() : lm_head_.as<uint16_t>();
+  s = gemm_->Run(head_in, head, nullptr, local_logits_.as<float>(), out_rows, sh.vocab_shard,
+                 sh.hidden, stream_);
+  if (!s.ok()) return s;
+
+  // Rows of [vocab] floats on the device: this rank's slice is the whole
+  // vocabulary at tp 1; otherwise gather the slices and lay them side by
+  // side, dropping the padding.
+  const int vocab = config_.vocab_size;
+  const float* rows_on_device = local_logits_.as<float>();
+  if (tp_.size > 1) {
+    if (s = reserve(gathered_, local_elems * tp_.size, 4); !s.ok()) return s;
+    if (s = reserve(full_logits_, static_cast<size_t>(out_rows) * vocab, 4); !s.ok()) return s;
+    s = comm_->AllGather(local_logits_.as<float>(), gathered_.as<float>(), local_elems,
+                         DataType::kFloat32, stream_);
+    if (!s.ok()) return s;
+    for (int r = 0; r < tp_.size; ++r) {
+      const int64_t first = static_cast<int64_t>(r) * sh.vocab_shard;
+      const int64_t count = std::clamp<int64_t>(vocab - first, 0, sh.vocab_shard);
+      if (count == 0) continue;
+      VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+          full_logits_.as<float>() + first, static_cast<size_t>(vocab) * sizeof(float),
+          gathered_.as<float>() + r * local_elems, static_cast<size_t>(sh.vocab_shard) * sizeof(float),
+          static_cast<size_t>(count) * sizeof(float), out_rows, cudaMemcpyDeviceToDevice, stream_));
+    }
+    rows_on_device = full_logits_.as<float>();
+  }
+  // To the caller's rows (host or device memory: the copy's direction
+  // follows the pointers), contiguous unless this is one pass of several.
+  const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(float);
+  const size_t src_pitch = tp_.size > 1 ? row_bytes : static_cast<size_t>(sh.vocab_shard) * sizeof(float);
+  int src_row = 0;
+  for (int i = 0; i < b; ++i) {
+    const int want = batch.requests[i].logit_rows();
+    if (want == 0) continue;
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+        logits + dst_rows[i] * vocab, row_bytes,
+        reinterpret_cast<const char*>(rows_on_device) + src_row * src_pitch, src_pitch, row_bytes,
+        want, cudaMemcpyDefault, stream_));
+    src_row += want;
+  }
+  if (tp_.size > 1) {
+    if (s = comm_->Synchronize(stream_); !s.ok()) return s;
+  }
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaLlamaModel(const ModelConfig& config,
+                                                                  const WeightSource& source,
+                                                                  const KvCache* kv_cache,
+                                                                  Communicator* device_comm,
+                                                                  CudaModelOptions options) {
+  if (kv_cache == nullptr) return absl::InvalidArgumentError("CreateCudaLlamaModel: no KV cache");
+  const TensorParallel tp{device_comm != nullptr ? device_comm->rank() : 0,
+                          device_comm != nullptr ? device_comm->world_size() : 1};
+  if (absl::Status s = ValidateTensorParallel(config, tp.size); !s.ok()) return s;
+  if (config.head_dim != 64 && config.head_dim != 128) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the CUDA backend's attention supports head_dim 64 and 128, not ", config.head_dim));
+  }
+  const KvCacheConfig& kv = kv_cache->config();
+  if (kv.num_layers != config.num_layers || kv.num_kv_heads != config.num_kv_heads / tp.size ||
+      kv.head_dim != config.head_dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache geometry (", kv.num_layers, " layers, ", kv.num_kv_heads,
+                     " kv heads, head_dim ", kv.head_dim, ") does not match the model at tp ",
+                     tp.size));
+  }
+  int device = options.device;
+  if (device < 0) VERDICT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  auto model = std::make_unique<CudaLlamaModel>(config, kv_cache, device_comm, tp, device);
+  if (absl::Status s = model->Init(source, options.load_threads); !s.ok()) return s;
+  return std::unique_ptr<ModelRunner>(std::move(model));
+}
+
+}  // namespace verdict

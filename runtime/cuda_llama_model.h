@@ -1,0 +1,53 @@
+// The CUDA backend of the model: the same forward pass as the CPU backend
+// (llama_model.h), on one GPU per tensor-parallel rank, with bf16 weights and
+// KV cache, cuBLASLt GEMMs and the kernels of kernels/model.
+//
+// The residual stream stays float32 on the device; everything a GEMM reads
+// is bf16 (kernels/model/README.md walks one layer). Under tensor
+// parallelism the row-parallel projections' bf16 partial sums and the
+// vocab-parallel embedding's float32 rows are all-reduced, and the LM head's
+// vocabulary slices all-gathered, through a device Communicator (NCCL) on
+// the model's own stream.
+//
+// The KV cache geometry and slot assignment come from the engine's KvCache
+// (the same bookkeeping as the CPU backend); this backend mirrors it in
+// device memory: full-attention layers as paged blocks, sliding-window
+// layers as one ring per request (a one-entry block table holding the ring
+// index, block size = ring size).
+#ifndef VERDICT_RUNTIME_CUDA_LLAMA_MODEL_H_
+#define VERDICT_RUNTIME_CUDA_LLAMA_MODEL_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "comm/communicator.h"
+#include "runtime/kv_cache.h"
+#include "runtime/llama_model.h"
+#include "runtime/model_config.h"
+#include "runtime/weights.h"
+
+namespace verdict {
+
+struct CudaModelOptions {
+  // CUDA device of this rank; -1 keeps the calling thread's current device
+  // (the NCCL communicator has already selected the rank's device).
+  int device = -1;
+  // Threads that read weight shards (dummy generation, bf16 conversion).
+  int load_threads = 0;  // 0: hardware concurrency
+};
+
+// Loads this rank's shard as bf16 into device memory and allocates the
+// device KV cache for `kv_cache`'s geometry. `device_comm` is a device
+// (NCCL) communicator whose world is the tensor-parallel group, or null for
+// one rank. Forward's `logits` may be host memory (as with the CPU backend)
+// or device memory of the rank's GPU, where the device samplers read them
+// without a round trip.
+absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaLlamaModel(const ModelConfig& config,
+                                                                  const WeightSource& source,
+                                                                  const KvCache* kv_cache,
+                                                                  Communicator* device_comm,
+                                                                  CudaModelOptions options = {});
+
+}  // namespace verdict
+
+#endif  // VERDICT_RUNTIME_CUDA_LLAMA_MODEL_H_

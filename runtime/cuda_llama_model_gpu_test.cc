@@ -1,0 +1,223 @@
+// The CUDA backend against the CPU backend (the oracle) on the same bf16
+// weights and the same KV bookkeeping: ragged prefills, verify blocks,
+// rewritten (rejected) positions, decode steps with a subset of logit rows,
+// sliding-window rings, and the bundled target model.
+//
+// The device keeps its activations and KV cache in bf16 where the CPU keeps
+// float32, so logits agree to bf16 rounding, not bit for bit: each step's
+// relative L2 error must stay below kRelTolerance (a few bf16 ulps, 2^-8
+// each), and every row whose CPU top-1 leads its runner-up by a clear margin
+// must pick the same token.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "runtime/cuda_llama_model.h"
+#include "runtime/kv_cache.h"
+#include "runtime/llama_model.h"
+#include "runtime/model_config.h"
+#include "runtime/random_model.h"
+#include "runtime/weights.h"
+
+namespace verdict {
+namespace {
+
+constexpr double kRelTolerance = 2e-2;
+
+struct Pair {
+  std::unique_ptr<KvCache> kv;
+  std::unique_ptr<WeightSource> weights;
+  std::unique_ptr<ModelRunner> cpu;
+  std::unique_ptr<ModelRunner> cuda;
+};
+
+Pair MakePair(const ModelConfig& config, const std::string& dir, int speculative_slots) {
+  Pair p;
+  auto kv = KvCache::Create(MakeKvCacheConfig(config, 1, /*num_blocks=*/256, /*max_requests=*/8,
+                                              speculative_slots));
+  EXPECT_TRUE(kv.ok()) << kv.status();
+  p.kv = std::make_unique<KvCache>(*std::move(kv));
+  auto weights = OpenCheckpointWeights(dir);
+  EXPECT_TRUE(weights.ok()) << weights.status();
+  p.weights = *std::move(weights);
+  auto cpu = CreateCpuLlamaModel(config, *p.weights, p.kv.get(), nullptr);
+  EXPECT_TRUE(cpu.ok()) << cpu.status();
+  p.cpu = *std::move(cpu);
+  auto cuda = CreateCudaLlamaModel(config, *p.weights, p.kv.get(), nullptr);
+  EXPECT_TRUE(cuda.ok()) << cuda.status();
+  p.cuda = *std::move(cuda);
+  return p;
+}
+
+// Runs `batch` on both backends and compares the logits; returns the CPU's.
+std::vector<float> CompareStep(Pair& p, const ForwardBatch& batch, const std::string& what) {
+  const int vocab = p.cpu->config().vocab_size;
+  const size_t n = static_cast<size_t>(batch.num_logit_rows()) * vocab;
+  std::vector<float> cpu(n), cuda(n, NAN);
+  EXPECT_TRUE(p.cpu->Forward(batch, cpu.data()).ok()) << what;
+  absl::Status s = p.cuda->Forward(batch, cuda.data());
+  EXPECT_TRUE(s.ok()) << what << ": " << s;
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_TRUE(std::isfinite(cuda[i])) << what << " element " << i;
+    err += (cuda[i] - cpu[i]) * static_cast<double>(cuda[i] - cpu[i]);
+    norm += cpu[i] * static_cast<double>(cpu[i]);
+  }
+  if (n > 0) {
+    EXPECT_LT(std::sqrt(err / norm), kRelTolerance) << what;
+  }
+  for (int64_t row = 0; row < batch.num_logit_rows(); ++row) {
+    const float* c = cpu.data() + row * vocab;
+    const float* g = cuda.data() + row * vocab;
+    std::vector<int> order(vocab);
+    for (int i = 0; i < vocab; ++i) order[i] = i;
+    std::partial_sort(order.begin(), order.begin() + 2, order.end(),
+                      [&](int a, int b) { return c[a] > c[b]; });
+    // A clear lead: more than 10x the largest per-element error seen on
+    // these models' logits at bf16 precision.
+    double max_abs = 0;
+    for (int i = 0; i < vocab; ++i) max_abs = std::max(max_abs, std::fabs(double(c[i])));
+    if (c[order[0]] - c[order[1]] > 0.05 * max_abs) {
+      const int gpu_top = static_cast<int>(std::max_element(g, g + vocab) - g);
+      EXPECT_EQ(gpu_top, order[0]) << what << " row " << row;
+    }
+  }
+  return cpu;
+}
+
+std::vector<int32_t> RandomTokens(std::mt19937& rng, int n, int vocab) {
+  std::vector<int32_t> ids(n);
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng() % vocab);
+  return ids;
+}
+
+// A ragged life of three requests: prefill, a verify block, the rejected
+// tail rewritten, decode steps that want only some logit rows.
+void RunScenario(const ModelConfig& config, const std::string& name) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+  RandomModelOptions options;
+  options.seed = 7;
+  options.stddev = 0.05f;
+  options.dtype = TensorDType::kBF16;  // both backends read the same bf16 values
+  ASSERT_TRUE(WriteRandomModel(dir, config, options).ok());
+  const int slots = 6;
+  Pair p = MakePair(config, dir, slots);
+  ASSERT_NE(p.cuda, nullptr);
+  std::mt19937 rng(11);
+  const int vocab = config.vocab_size;
+  std::vector<int> handles;
+  for (int i = 0; i < 3; ++i) {
+    auto h = p.kv->Allocate(96);
+    ASSERT_TRUE(h.ok());
+    handles.push_back(*h);
+  }
+  const std::vector<int> prompt_lens = {29, 7, 1};
+  std::vector<std::vector<int32_t>> tokens(3);
+  ForwardBatch prefill;
+  for (int i = 0; i < 3; ++i) {
+    tokens[i] = RandomTokens(rng, prompt_lens[i], vocab);
+    prefill.requests.push_back({handles[i], 0, tokens[i], -1});
+  }
+  CompareStep(p, prefill, name + " prefill");
+
+  // A verify block of 6 per request, then 4 of those positions rewritten
+  // with other tokens (as after a rejection at the second draft).
+  std::vector<std::vector<int32_t>> block(3);
+  ForwardBatch verify;
+  for (int i = 0; i < 3; ++i) {
+    block[i] = RandomTokens(rng, 6, vocab);
+    verify.requests.push_back({handles[i], prompt_lens[i], block[i], -1});
+  }
+  CompareStep(p, verify, name + " verify");
+  ForwardBatch rewrite;
+  for (int i = 0; i < 3; ++i) {
+    block[i] = RandomTokens(rng, 6, vocab);
+    rewrite.requests.push_back({handles[i], prompt_lens[i] + 2, block[i], -1});
+  }
+  CompareStep(p, rewrite, name + " rewrite after reject");
+
+  // Decode steps wanting 1, 0 and 1 rows, and a mixed step wanting 2.
+  int64_t next = prompt_lens[0] + 8;
+  for (int step = 0; step < 4; ++step) {
+    ForwardBatch decode;
+    std::vector<std::vector<int32_t>> one(3);
+    for (int i = 0; i < 3; ++i) {
+      one[i] = RandomTokens(rng, i == 1 ? 3 : 1, vocab);
+      const int64_t start = prompt_lens[i] + 8 + (i == 1 ? 3 * step : step);
+      decode.requests.push_back({handles[i], start, one[i], i == 1 ? (step % 2 == 0 ? 0 : 2) : 1});
+    }
+    CompareStep(p, decode, absl::StrCat(name, " decode ", step));
+    ++next;
+  }
+}
+
+TEST(CudaLlamaModelTest, LlamaWithSlidingLayerOBiasTiedHead) {
+  ModelConfig c = TinyModelConfig(ModelFamily::kLlama);
+  c.hidden_size = 256;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.intermediate_size = 512;
+  c.vocab_size = 1000;
+  c.o_bias = true;
+  c.tie_word_embeddings = true;
+  c.sliding_window = 8;  // shorter than the prompts: the ring wraps
+  c.layer_uses_sliding_window = {true, false};
+  RunScenario(c, "llama");
+}
+
+TEST(CudaLlamaModelTest, Qwen2QkvBias) {
+  ModelConfig c = TinyModelConfig(ModelFamily::kQwen2);
+  c.hidden_size = 256;
+  c.num_heads = 8;
+  c.num_kv_heads = 2;
+  c.head_dim = 128;
+  c.intermediate_size = 384;
+  c.vocab_size = 777;
+  RunScenario(c, "qwen2");
+}
+
+TEST(CudaLlamaModelTest, Qwen3QkNorm) {
+  ModelConfig c = TinyModelConfig(ModelFamily::kQwen3);
+  c.hidden_size = 128;
+  c.num_heads = 4;
+  c.num_kv_heads = 4;
+  c.head_dim = 64;
+  c.intermediate_size = 256;
+  c.vocab_size = 512;
+  RunScenario(c, "qwen3");
+}
+
+// The bundled target: a prompt, then greedy decoding fed with the CPU's
+// tokens; the device's greedy choice must match on every clear row.
+TEST(CudaLlamaModelTest, BundledTargetGreedy) {
+  auto config = LoadModelConfig("models/target");
+  ASSERT_TRUE(config.ok()) << config.status();
+  Pair p = MakePair(*config, "models/target", 6);
+  ASSERT_NE(p.cuda, nullptr);
+  auto h = p.kv->Allocate(128);
+  ASSERT_TRUE(h.ok());
+  std::mt19937 rng(3);
+  std::vector<int32_t> seq = RandomTokens(rng, 40, config->vocab_size);
+  ForwardBatch prefill;
+  prefill.requests.push_back({*h, 0, seq, 1});
+  std::vector<float> logits = CompareStep(p, prefill, "bundled prefill");
+  for (int step = 0; step < 24; ++step) {
+    const int32_t next = static_cast<int32_t>(
+        std::max_element(logits.begin(), logits.end()) - logits.begin());
+    seq.push_back(next);
+    ForwardBatch decode;
+    decode.requests.push_back(
+        {*h, static_cast<int64_t>(seq.size()) - 1, absl::MakeConstSpan(&seq.back(), 1), 1});
+    logits = CompareStep(p, decode, absl::StrCat("bundled decode ", step));
+  }
+}
+
+}  // namespace
+}  // namespace verdict

@@ -1,0 +1,359 @@
+#include "runtime/device_sampling.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda_check.h"
+
+namespace verdict {
+namespace {
+
+constexpr size_t kAlign = 16;
+size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// A device allocation that only grows.
+class GrowingBuffer {
+ public:
+  ~GrowingBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  absl::Status Reserve(size_t bytes) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+    const size_t size = bytes + bytes / 4;
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr_, size));
+    bytes_ = size;
+    return absl::OkStatus();
+  }
+  char* get() const { return static_cast<char*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Small arrays packed into one page-locked host buffer and mirrored on the
+// device with one copy each way.
+class Staging {
+ public:
+  ~Staging() {
+    if (host_ != nullptr) cudaFreeHost(host_);
+  }
+  void Clear() { used_ = 0; pending_.clear(); }
+
+  // Reserves room for `count` elements; returns the offset. Data is copied
+  // in by Put (or written by the device, for outputs).
+  template <typename T>
+  size_t Add(size_t count) {
+    const size_t offset = used_;
+    used_ = AlignUp(used_ + count * sizeof(T));
+    return offset;
+  }
+  template <typename T>
+  size_t Put(const T* data, size_t count) {
+    const size_t offset = Add<T>(count);
+    if (data != nullptr && count > 0) pending_.push_back({offset, data, count * sizeof(T)});
+    return offset;
+  }
+
+  // Allocates for what was added, fills the host side, copies it up.
+  absl::Status Upload(cudaStream_t stream) {
+    if (absl::Status s = Reserve(); !s.ok()) return s;
+    for (const Pending& p : pending_) std::memcpy(host_ + p.offset, p.data, p.bytes);
+    if (used_ > 0) {
+      VERDICT_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(device_.get(), host_, used_, cudaMemcpyHostToDevice, stream));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Reserve() {
+    if (absl::Status s = device_.Reserve(used_); !s.ok()) return s;
+    if (used_ > host_bytes_) {
+      if (host_ != nullptr) cudaFreeHost(host_);
+      host_ = nullptr;
+      host_bytes_ = 0;
+      void* p = nullptr;
+      VERDICT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, used_ + used_ / 4));
+      host_ = static_cast<char*>(p);
+      host_bytes_ = used_ + used_ / 4;
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Download(cudaStream_t stream) {
+    if (used_ == 0) return absl::OkStatus();
+    VERDICT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(host_, device_.get(), used_, cudaMemcpyDeviceToHost, stream));
+    return absl::OkStatus();
+  }
+
+  template <typename T>
+  T* device(size_t offset) const {
+    return reinterpret_cast<T*>(device_.get() + offset);
+  }
+  template <typename T>
+  const T* host(size_t offset) const {
+    return reinterpret_cast<const T*>(host_ + offset);
+  }
+
+ private:
+  struct Pending {
+    size_t offset;
+    const void* data;
+    size_t bytes;
+  };
+  GrowingBuffer device_;
+  char* host_ = nullptr;
+  size_t host_bytes_ = 0;
+  size_t used_ = 0;
+  std::vector<Pending> pending_;
+};
+
+template <typename T>
+void CopyOut(const Staging& staging, size_t offset, std::vector<T>& dst) {
+  if (!dst.empty()) std::memcpy(dst.data(), staging.host<T>(offset), dst.size() * sizeof(T));
+}
+
+}  // namespace
+
+struct DeviceSampling::Impl {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  GrowingBuffer draft_logits, verify_logits, draft_probs, store, packed, workspace,
+      draft_workspace;
+  Staging draft_in, draft_out, verify_in, verify_out;
+  int64_t store_rows = 0;
+
+  ~Impl() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+absl::StatusOr<std::unique_ptr<DeviceSampling>> DeviceSampling::Create(int vocab_size, int gamma) {
+  std::unique_ptr<DeviceSampling> s(new DeviceSampling(vocab_size, gamma));
+  s->impl_ = std::make_unique<Impl>();
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&s->impl_->device));
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s->impl_->stream, cudaStreamNonBlocking));
+  // The verify launcher's workspace is zeroed once; each launch leaves it
+  // zeroed again.
+  if (absl::Status st = s->impl_->workspace.Reserve(kVerifyWorkspaceBytes); !st.ok()) return st;
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemset(s->impl_->workspace.get(), 0, kVerifyWorkspaceBytes));
+  if (absl::Status st = s->impl_->draft_workspace.Reserve(kDraftSampleWorkspaceBytes); !st.ok()) {
+    return st;
+  }
+  VERDICT_CUDA_RETURN_IF_ERROR(
+      cudaMemset(s->impl_->draft_workspace.get(), 0, kDraftSampleWorkspaceBytes));
+  return s;
+}
+
+DeviceSampling::DeviceSampling(int vocab_size, int gamma) : vocab_(vocab_size), gamma_(gamma) {}
+DeviceSampling::~DeviceSampling() = default;
+
+absl::StatusOr<float*> DeviceSampling::DraftLogits(int64_t rows) {
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->device));
+  if (absl::Status s = impl_->draft_logits.Reserve(static_cast<size_t>(rows) * vocab_ * 4);
+      !s.ok()) {
+    return s;
+  }
+  return reinterpret_cast<float*>(impl_->draft_logits.get());
+}
+
+absl::StatusOr<float*> DeviceSampling::VerifyLogits(int64_t rows) {
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->device));
+  if (absl::Status s = impl_->verify_logits.Reserve(static_cast<size_t>(rows) * vocab_ * 4);
+      !s.ok()) {
+    return s;
+  }
+  return reinterpret_cast<float*>(impl_->verify_logits.get());
+}
+
+absl::Status DeviceSampling::SampleDrafts(const DraftSampleInputs& params, int j, int32_t* tokens,
+                                          float* signals) {
+  Impl& m = *impl_;
+  // The caller may be a worker thread (overlap scheduling).
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaSetDevice(m.device));
+  const int n = params.num_rows;
+  if (n == 0) return absl::OkStatus();
+  if (j < 0 || j >= gamma_) return absl::InvalidArgumentError(absl::StrCat("draft step ", j));
+  const size_t row_bytes = static_cast<size_t>(vocab_) * sizeof(float);
+  if (j == 0 || n > m.store_rows) {
+    // A new step (or more rows): the store holds [n, gamma, vocab].
+    if (j != 0) return absl::InternalError("draft rows grew inside a step");
+    if (absl::Status s = m.store.Reserve(static_cast<size_t>(n) * gamma_ * row_bytes); !s.ok()) {
+      return s;
+    }
+    m.store_rows = n;
+  }
+  m.draft_in.Clear();
+  const size_t o_temp = m.draft_in.Put(params.temperatures, n);
+  const size_t o_topk = m.draft_in.Put(params.top_ks, n);
+  const size_t o_topp = m.draft_in.Put(params.top_ps, n);
+  const size_t o_seed = m.draft_in.Put(params.seeds, n);
+  const size_t o_pos = m.draft_in.Put(params.positions, n);
+  if (absl::Status s = m.draft_in.Upload(m.stream); !s.ok()) return s;
+  m.draft_out.Clear();
+  const size_t o_tokens = m.draft_out.Add<int32_t>(n);
+  const size_t o_signals = m.draft_out.Add<float>(n);
+  const size_t o_error = m.draft_out.Add<DraftErrorRecord>(1);
+  if (absl::Status s = m.draft_out.Reserve(); !s.ok()) return s;
+
+  DraftSampleInputs in = params;
+  in.logits = reinterpret_cast<const float*>(m.draft_logits.get());
+  in.temperatures = m.draft_in.device<float>(o_temp);
+  in.top_ks = m.draft_in.device<int32_t>(o_topk);
+  in.top_ps = m.draft_in.device<float>(o_topp);
+  in.seeds = m.draft_in.device<uint64_t>(o_seed);
+  in.positions = m.draft_in.device<int64_t>(o_pos);
+  if (absl::Status s = m.draft_probs.Reserve(static_cast<size_t>(n) * row_bytes); !s.ok()) {
+    return s;
+  }
+  DraftSampleOutputs out;
+  out.token_ids = m.draft_out.device<int32_t>(o_tokens);
+  out.signals = m.draft_out.device<float>(o_signals);
+  out.probs = reinterpret_cast<float*>(m.draft_probs.get());
+  out.error = m.draft_out.device<DraftErrorRecord>(o_error);
+  if (absl::Status s = DraftSampleCuda(in, &out, m.draft_workspace.get(), m.stream); !s.ok()) {
+    return s;
+  }
+  // Row s's p to slot (s, j) of the store: one strided copy for the step.
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+      m.store.get() + static_cast<size_t>(j) * row_bytes, gamma_ * row_bytes, m.draft_probs.get(),
+      row_bytes, row_bytes, n, cudaMemcpyDeviceToDevice, m.stream));
+  if (absl::Status s = m.draft_out.Download(m.stream); !s.ok()) return s;
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+  if (absl::Status s = DraftErrorStatus(*m.draft_out.host<DraftErrorRecord>(o_error)); !s.ok()) {
+    return s;
+  }
+  std::memcpy(tokens, m.draft_out.host<int32_t>(o_tokens), n * sizeof(int32_t));
+  std::memcpy(signals, m.draft_out.host<float>(o_signals), n * sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::Status DeviceSampling::Verify(const VerifyInputs& params,
+                                    absl::Span<const int32_t> store_rows,
+                                    HostVerifyOutputs* host) {
+  Impl& m = *impl_;
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaSetDevice(m.device));
+  const int b = params.num_requests;
+  const int t = params.total_q;
+  if (static_cast<int>(store_rows.size()) != b) {
+    return absl::InvalidArgumentError("verify: one store row per request");
+  }
+  const size_t row_bytes = static_cast<size_t>(vocab_) * sizeof(float);
+  const int num_drafts = t - b;
+
+  // Pack each request's verified drafts' p in verify order. Requests that
+  // verify every draft of consecutive store rows form one contiguous copy.
+  if (absl::Status s = m.packed.Reserve(std::max<size_t>(1, num_drafts) * row_bytes); !s.ok()) {
+    return s;
+  }
+  {
+    int64_t dst = 0;
+    for (int r = 0; r < b; ++r) {
+      const int drafts = params.seqlen_q[r] - 1;
+      if (drafts <= 0) continue;
+      if (store_rows[r] < 0 || store_rows[r] >= m.store_rows || drafts > gamma_) {
+        return absl::InvalidArgumentError(absl::StrCat("verify: request ", r, " has ", drafts,
+                                                       " drafts but store row ", store_rows[r]));
+      }
+      VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          m.packed.get() + dst * row_bytes,
+          m.store.get() + static_cast<size_t>(store_rows[r]) * gamma_ * row_bytes,
+          static_cast<size_t>(drafts) * row_bytes, cudaMemcpyDeviceToDevice, m.stream));
+      dst += drafts;
+    }
+  }
+
+  m.verify_in.Clear();
+  const size_t o_ftp = m.verify_in.Put(params.first_token_positions, b);
+  const size_t o_seqlen = m.verify_in.Put(params.seqlen_q, b);
+  const size_t o_pos = m.verify_in.Put(params.positions, params.positions ? b : 0);
+  const size_t o_lens = m.verify_in.Put(params.verify_lens, params.verify_lens ? b : 0);
+  const size_t o_drafts = m.verify_in.Put(params.draft_token_ids, num_drafts);
+  const size_t o_temp = m.verify_in.Put(params.temperatures, params.temperatures ? b : 0);
+  const size_t o_topk = m.verify_in.Put(params.top_ks, params.top_ks ? b : 0);
+  const size_t o_topp = m.verify_in.Put(params.top_ps, params.top_ps ? b : 0);
+  const size_t o_seed = m.verify_in.Put(params.seeds, params.seeds ? b : 0);
+  const int num_stops = params.stop_token_offsets ? params.stop_token_offsets[b] : 0;
+  const size_t o_stop_off = m.verify_in.Put(params.stop_token_offsets,
+                                            params.stop_token_offsets ? b + 1 : 0);
+  const size_t o_stop_ids = m.verify_in.Put(params.stop_token_ids, num_stops);
+  if (absl::Status s = m.verify_in.Upload(m.stream); !s.ok()) return s;
+
+  VerifyInputs in = params;
+  in.logits = m.verify_logits.get();
+  in.logits_dtype = LogitsDtype::kFloat32;
+  in.first_token_positions = m.verify_in.device<int32_t>(o_ftp);
+  in.seqlen_q = m.verify_in.device<int32_t>(o_seqlen);
+  in.positions = params.positions ? m.verify_in.device<int64_t>(o_pos) : nullptr;
+  in.verify_lens = params.verify_lens ? m.verify_in.device<int32_t>(o_lens) : nullptr;
+  in.draft_token_ids = m.verify_in.device<int32_t>(o_drafts);
+  in.draft_probs = reinterpret_cast<const float*>(m.packed.get());
+  in.draft_vocab_size = vocab_;
+  in.temperatures = params.temperatures ? m.verify_in.device<float>(o_temp) : nullptr;
+  in.top_ks = params.top_ks ? m.verify_in.device<int32_t>(o_topk) : nullptr;
+  in.top_ps = params.top_ps ? m.verify_in.device<float>(o_topp) : nullptr;
+  in.seeds = params.seeds ? m.verify_in.device<uint64_t>(o_seed) : nullptr;
+  in.stop_token_offsets =
+      params.stop_token_offsets ? m.verify_in.device<int32_t>(o_stop_off) : nullptr;
+  in.stop_token_ids = num_stops > 0 ? m.verify_in.device<int32_t>(o_stop_ids) : nullptr;
+
+  // Outputs: one region, one copy back.
+  Staging& o = m.verify_out;
+  o.Clear();
+  const size_t nextn = static_cast<size_t>(std::max(1, params.config.nextn));
+  const size_t conf = static_cast<size_t>(host->confidence_stride) * b;
+  const size_t r2r = o.Add<int32_t>(t), ls = o.Add<int32_t>(t), iv = o.Add<uint8_t>(t),
+               ra = o.Add<uint8_t>(t), ac = o.Add<uint8_t>(t), fi = o.Add<uint8_t>(t),
+               vt = o.Add<int32_t>(t), ct = o.Add<int32_t>(t), lp = o.Add<float>(t),
+               lvo = o.Add<int32_t>(b), st = o.Add<int32_t>(b), es = o.Add<uint8_t>(b),
+               ng = o.Add<int32_t>(nextn), nv = o.Add<int32_t>(nextn), nc = o.Add<float>(conf),
+               er = o.Add<VerifyErrorRecord>(1);
+  if (absl::Status s = o.Reserve(); !s.ok()) return s;
+  VerifyOutputs out;
+  out.row_to_req = o.device<int32_t>(r2r);
+  out.local_step = o.device<int32_t>(ls);
+  out.is_verify = o.device<uint8_t>(iv);
+  out.raw_accept = o.device<uint8_t>(ra);
+  out.accept = o.device<uint8_t>(ac);
+  out.is_final = o.device<uint8_t>(fi);
+  out.verified_token_ids = o.device<int32_t>(vt);
+  out.candidate_token_ids = o.device<int32_t>(ct);
+  out.token_logprobs = o.device<float>(lp);
+  out.last_valid_offset = o.device<int32_t>(lvo);
+  out.sampled_token_ids = o.device<int32_t>(st);
+  out.emitted_stop_token = o.device<uint8_t>(es);
+  out.num_generated_tokens = o.device<int32_t>(ng);
+  out.num_verified_tokens = o.device<int32_t>(nv);
+  out.next_draft_confidences = conf > 0 ? o.device<float>(nc) : nullptr;
+  out.confidence_stride = host->confidence_stride;
+  out.error = o.device<VerifyErrorRecord>(er);
+  out.workspace = m.workspace.get();
+  if (absl::Status s = InvokeVerifySample(in, &out, m.stream); !s.ok()) return s;
+  if (absl::Status s = o.Download(m.stream); !s.ok()) return s;
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+  host->error = *o.host<VerifyErrorRecord>(er);
+  if (absl::Status s = VerifyErrorStatus(host->error); !s.ok()) return s;
+  CopyOut(o, r2r, host->row_to_req);
+  CopyOut(o, ls, host->local_step);
+  CopyOut(o, iv, host->is_verify);
+  CopyOut(o, ra, host->raw_accept);
+  CopyOut(o, ac, host->accept);
+  CopyOut(o, fi, host->is_final);
+  CopyOut(o, vt, host->verified_token_ids);
+  CopyOut(o, ct, host->candidate_token_ids);
+  CopyOut(o, lp, host->token_logprobs);
+  CopyOut(o, lvo, host->last_valid_offset);
+  CopyOut(o, st, host->sampled_token_ids);
+  CopyOut(o, es, host->emitted_stop_token);
+  CopyOut(o, ng, host->num_generated_tokens);
+  CopyOut(o, nv, host->num_verified_tokens);
+  CopyOut(o, nc, host->next_draft_confidences);
+  return absl::OkStatus();
+}
+
+}  // namespace verdict

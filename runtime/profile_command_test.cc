@@ -1,0 +1,177 @@
+// `verdict profile` on the CPU backend with the bundled pair: the grid it is
+// asked for, the pins reaching the steps, the table it writes, and its
+// refusals.
+#include "runtime/profile_command.h"
+
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/local_communicator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/engine.h"
+#include "scheduler/cost_table.h"
+
+namespace verdict {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::unique_ptr<Engine> MakeEngine(Communicator* comm, EngineOptions options,
+                                   bool dummy_weights = false) {
+  options.cpu_threads = 2;
+  options.kv_cache_tokens = 8192;
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(options, ModelSource{"models/target", dummy_weights, 1},
+                     ModelSource{"models/draft", dummy_weights, 2}, comm);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? *std::move(engine) : nullptr;
+}
+
+EngineOptions CompactOptions() {
+  EngineOptions options;
+  options.verify_mode = VerifyMode::kCompact;
+  return options;
+}
+
+TEST(ProfileTest, MeasuresTheGridItIsAskedForWithThePinsInPlace) {
+  LocalCommunicator comm;
+  std::unique_ptr<Engine> engine = MakeEngine(&comm, CompactOptions());
+  ASSERT_NE(engine, nullptr);
+  ProfileOptions options;
+  options.batch_sizes = {2, 1};
+  options.budget_fractions = {1.0, 0.0};
+  options.warmup_steps = 1;
+  options.repeats = 2;
+  options.output_path = ::testing::TempDir() + "/profile_cost_table.json";
+  options.progress = false;
+  absl::StatusOr<ProfileResult> result = RunProfile(*engine, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+
+  // gamma 5: M = B at fraction 0, B + 5B at fraction 1.
+  ASSERT_EQ(result->cells.size(), 4u);
+  const std::vector<std::pair<int, int64_t>> expected = {{1, 1}, {1, 6}, {2, 2}, {2, 12}};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const ProfileCell& cell = result->cells[i];
+    EXPECT_EQ(cell.batch_size, expected[i].first) << i;
+    EXPECT_EQ(cell.verify_tokens, expected[i].second) << i;
+    ASSERT_EQ(cell.seconds.size(), 2u) << i;
+    for (const double s : cell.seconds) EXPECT_GT(s, 0.0) << i;
+    EXPECT_DOUBLE_EQ(cell.median_seconds, 0.5 * (cell.seconds[0] + cell.seconds[1])) << i;
+  }
+
+  // Every pinned step at a cell's full batch ran the cell's rows: the pin
+  // reached the planner and the compact verify.
+  int pinned_steps = 0;
+  for (const StepTiming& t : result->steps) {
+    if (t.plan_reason != PlanReason::kPinnedBudget) continue;
+    ASSERT_TRUE(t.pinned_budget_fraction.has_value());
+    const int64_t drafts = *t.pinned_budget_fraction == 1.0 ? 5 * t.batch_size : 0;
+    EXPECT_EQ(t.budget, drafts) << "step " << t.step;
+    EXPECT_EQ(t.verify_tokens, t.batch_size + drafts) << "step " << t.step;
+    ++pinned_steps;
+  }
+  EXPECT_GE(pinned_steps, 4 * (1 + 2));
+
+  // The file loads as a cost table with that grid and the medians on it.
+  absl::StatusOr<CostTable> table = CostTable::Load(options.output_path);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_THAT(table->batch_sizes(), ElementsAre(1, 2));
+  EXPECT_THAT(table->verify_tokens(), ElementsAre(1, 2, 6, 12));
+  for (size_t b = 0; b < 2; ++b) {
+    for (size_t m = 0; m < 4; ++m) EXPECT_GT(table->seconds(b, m), 0.0) << b << "," << m;
+  }
+  for (const ProfileCell& cell : result->cells) {
+    EXPECT_DOUBLE_EQ(table->Predict(cell.batch_size, static_cast<double>(cell.verify_tokens)),
+                     cell.median_seconds);
+  }
+  EXPECT_EQ(table->ToJson(), result->table->ToJson());
+}
+
+TEST(ProfileTest, RefusesSimulatedAcceptanceOtherThanOne) {
+  EngineOptions options = CompactOptions();
+  options.simulate_acceptance = 0.5;
+  EXPECT_THAT(std::string(CheckProfileEngineOptions(options).message()),
+              HasSubstr("--simulate-acceptance 0.5"));
+  LocalCommunicator comm;
+  std::unique_ptr<Engine> engine = MakeEngine(&comm, options, /*dummy_weights=*/true);
+  ASSERT_NE(engine, nullptr);
+  ProfileOptions profile;
+  profile.batch_sizes = {1};
+  profile.budget_fractions = {0.0};
+  profile.progress = false;
+  absl::StatusOr<ProfileResult> result = RunProfile(*engine, profile);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("simulate-acceptance"));
+  // The engine refuses the pin itself too; unpinning stays possible.
+  const absl::Status pin = engine->PinVerifyBudget(0.5);
+  EXPECT_EQ(pin.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(pin.message()), HasSubstr("simulate-acceptance"));
+  EXPECT_TRUE(engine->PinVerifyBudget(std::nullopt).ok());
+
+  // Rate 1.0 (every pinned draft accepted) and off are fine.
+  options.simulate_acceptance = 1.0;
+  EXPECT_TRUE(CheckProfileEngineOptions(options).ok());
+  options.simulate_acceptance = -1;
+  EXPECT_TRUE(CheckProfileEngineOptions(options).ok());
+  std::unique_ptr<Engine> full = MakeEngine(
+      &comm,
+      [] {
+        EngineOptions o = CompactOptions();
+        o.simulate_acceptance = 1.0;
+        return o;
+      }(),
+      /*dummy_weights=*/true);
+  ASSERT_NE(full, nullptr);
+  EXPECT_TRUE(full->PinVerifyBudget(0.5).ok());
+}
+
+TEST(ProfileTest, RefusesEnginesThatCannotRunThePinnedRows) {
+  EngineOptions options;
+  options.verify_mode = VerifyMode::kCapAccept;
+  EXPECT_THAT(std::string(CheckProfileEngineOptions(options).message()), HasSubstr("compact"));
+  options = CompactOptions();
+  options.speculation = false;
+  EXPECT_THAT(std::string(CheckProfileEngineOptions(options).message()),
+              HasSubstr("speculation is off"));
+  // Static mode verifies everything: the engine refuses a pin.
+  LocalCommunicator comm;
+  std::unique_ptr<Engine> engine = MakeEngine(&comm, EngineOptions());
+  ASSERT_NE(engine, nullptr);
+  EXPECT_THAT(std::string(engine->PinVerifyBudget(0.5).message()), HasSubstr("static"));
+}
+
+TEST(CostTableFromCellsTest, EachBatchKeepsItsOwnCurveOnTheSharedGrid) {
+  std::vector<ProfileCell> cells(5);
+  cells[0] = {.batch_size = 1, .verify_tokens = 1, .median_seconds = 0.010};
+  cells[1] = {.batch_size = 1, .verify_tokens = 6, .median_seconds = 0.020};
+  cells[2] = {.batch_size = 4, .verify_tokens = 4, .median_seconds = 0.030};
+  cells[3] = {.batch_size = 4, .verify_tokens = 14, .median_seconds = 0.040};
+  cells[4] = {.batch_size = 4, .verify_tokens = 24, .median_seconds = 0.045};
+  absl::StatusOr<CostTable> table = CostTableFromCells(cells);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_THAT(table->batch_sizes(), ElementsAre(1, 4));
+  EXPECT_THAT(table->verify_tokens(), ElementsAre(1, 4, 6, 14, 24));
+  // B = 1: measured at 1 and 6, linear between, rising past its block.
+  EXPECT_DOUBLE_EQ(table->seconds(0, 0), 0.010);
+  EXPECT_DOUBLE_EQ(table->seconds(0, 1), 0.016);
+  EXPECT_DOUBLE_EQ(table->seconds(0, 2), 0.020);
+  EXPECT_DOUBLE_EQ(table->seconds(0, 3), 0.036);
+  // B = 4: below M = B the time at M = B (cost_table.h).
+  EXPECT_DOUBLE_EQ(table->seconds(1, 0), 0.030);
+  EXPECT_DOUBLE_EQ(table->seconds(1, 2), 0.032);
+  EXPECT_DOUBLE_EQ(table->seconds(1, 4), 0.045);
+  // A falling last segment does not extrapolate downwards.
+  cells[4].median_seconds = 0.035;
+  cells.push_back({.batch_size = 1, .verify_tokens = 30, .median_seconds = 0.05});
+  table = CostTableFromCells(cells);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_DOUBLE_EQ(table->Predict(4, 30), 0.035);
+}
+
+}  // namespace
+}  // namespace verdict

@@ -1,0 +1,170 @@
+// The executor's device-side bookkeeping on a scripted model, greedy: every
+// row's argmax is its input token + 1 (mod the vocabulary), for the draft
+// and the target alike, so every draft is accepted and each step's tokens
+// are known in advance.
+#include "runtime/step_executor.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace verdict {
+namespace {
+
+using ::testing::ElementsAre;
+
+constexpr int kVocab = 8;
+constexpr int kGamma = 3;
+
+class CountingModel : public ModelRunner {
+ public:
+  CountingModel() { config_.vocab_size = kVocab; }
+  const ModelConfig& config() const override { return config_; }
+  absl::Status Forward(const ForwardBatch& batch, float* logits) override {
+    int64_t row = 0;
+    for (const ForwardRequest& r : batch.requests) {
+      start_positions.push_back(r.start_position);
+      const int n = static_cast<int>(r.token_ids.size());
+      for (int k = n - r.logit_rows(); k < n; ++k, ++row) {
+        float* z = logits + row * kVocab;
+        for (int v = 0; v < kVocab; ++v) z[v] = 0.0f;
+        z[(r.token_ids[k] + 1) % kVocab] = 10.0f;
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::vector<int64_t> start_positions;  // of every request of every call
+
+ private:
+  ModelConfig config_;
+};
+
+ExecutorRequest Greedy(int64_t id, std::vector<int32_t> prompt, int max_tokens) {
+  ExecutorRequest r;
+  r.id = id;
+  r.prompt_token_ids = std::move(prompt);
+  r.target_kv = 0;
+  r.draft_kv = 0;
+  r.speculative = true;
+  r.max_tokens = max_tokens;
+  r.temperature = 0.0f;
+  return r;
+}
+
+StepJob Job(int64_t step, std::vector<int64_t> batch, std::vector<int32_t> verify_lens) {
+  StepJob job;
+  job.step = step;
+  job.batch = std::move(batch);
+  job.verify_lens = std::move(verify_lens);
+  return job;
+}
+
+std::vector<int32_t> Tokens(const StepOutcome& out, int i) {
+  return std::vector<int32_t>(out.tokens.begin() + out.token_offsets[i],
+                              out.tokens.begin() + out.token_offsets[i + 1]);
+}
+
+class StepExecutorTest : public ::testing::Test {
+ protected:
+  StepExecutor::Options Options() const {
+    StepExecutor::Options options;
+    options.gamma = kGamma;
+    options.vocab_size = kVocab;
+    options.sampler.nextn = kGamma;
+    return options;
+  }
+  CountingModel target_, draft_;
+};
+
+// Seed 000: a step whose emitted tokens hold a stop id flags the request on
+// the device, and the step after it, already planned with every draft,
+// proposes none for it and verifies one row; positions follow the accepted
+// tokens, not the plan.
+TEST_F(StepExecutorTest, DeviceStopGivesZeroDraftsInTheNextStep) {
+  StepExecutor executor(Options(), &target_, &draft_, nullptr);
+  ExecutorRequest request = Greedy(7, {1, 2, 3}, 20);
+  request.stop_token_ids = {6};
+  ASSERT_TRUE(executor.Admit({request}).ok());
+
+  StepOutcome first;
+  StepJob job = Job(1, {7}, {kGamma + 1});
+  ASSERT_TRUE(executor.ProposeDrafts(job, &first).ok());
+  ASSERT_TRUE(executor.Verify(job, &first).ok());
+  EXPECT_THAT(first.drafted, ElementsAre(1));
+  EXPECT_THAT(first.accepted, ElementsAre(3));
+  EXPECT_THAT(Tokens(first, 0), ElementsAre(4, 5, 6, 7));
+  EXPECT_THAT(first.emitted_stop, ElementsAre(1));
+
+  target_.start_positions.clear();
+  StepOutcome second;
+  job = Job(2, {7}, {kGamma + 1});
+  ASSERT_TRUE(executor.ProposeDrafts(job, &second).ok());
+  ASSERT_TRUE(executor.Verify(job, &second).ok());
+  EXPECT_THAT(second.drafted, ElementsAre(0));
+  EXPECT_THAT(second.stop_skipped, ElementsAre(1));
+  EXPECT_THAT(second.verify_lens, ElementsAre(1));
+  EXPECT_EQ(second.verify_tokens, 1);
+  // Row 0's input is the last emitted token (7), at its position: after 3
+  // prompt and 4 emitted tokens, 6.
+  EXPECT_THAT(target_.start_positions, ElementsAre(6));
+  EXPECT_THAT(Tokens(second, 0), ElementsAre(0));
+}
+
+// The plan may come from a CPU a step behind: the device caps it at the
+// tokens the request has left, and a request that has emitted them all
+// drafts nothing more.
+TEST_F(StepExecutorTest, PlanIsCappedByTheTokensLeftOnTheDevice) {
+  StepExecutor executor(Options(), &target_, &draft_, nullptr);
+  ASSERT_TRUE(executor.Admit({Greedy(1, {2}, 2)}).ok());
+  StepOutcome out;
+  StepJob job = Job(1, {1}, {kGamma + 1});
+  ASSERT_TRUE(executor.ProposeDrafts(job, &out).ok());
+  ASSERT_TRUE(executor.Verify(job, &out).ok());
+  EXPECT_THAT(out.verify_lens, ElementsAre(2));
+  EXPECT_THAT(Tokens(out, 0), ElementsAre(3, 4));
+  job = Job(2, {1}, {kGamma + 1});
+  ASSERT_TRUE(executor.ProposeDrafts(job, &out).ok());
+  ASSERT_TRUE(executor.Verify(job, &out).ok());
+  EXPECT_THAT(out.drafted, ElementsAre(0));
+  EXPECT_THAT(out.stop_skipped, ElementsAre(0));
+  EXPECT_THAT(out.verify_lens, ElementsAre(1));
+}
+
+// The worker runs jobs first in first out: admissions with the job that
+// needs them, releases before it; after an error the later jobs end with it
+// unrun.
+TEST_F(StepExecutorTest, WorkerRunsJobsInOrderAndStopsAtTheFirstError) {
+  StepExecutor executor(Options(), &target_, &draft_, nullptr);
+  executor.Start();
+  StepJob first = Job(1, {1}, {kGamma + 1});
+  first.admitted = {Greedy(1, {2}, 20)};
+  executor.Enqueue(first);
+  StepJob second = Job(2, {1}, {1});
+  executor.Enqueue(second);
+  StepJob third = Job(3, {1}, {1});
+  third.released = {1};  // gone before the step that still names it
+  executor.Enqueue(third);
+  executor.Enqueue(Job(4, {}, {}));
+  EXPECT_EQ(executor.in_flight(), 4);
+
+  absl::StatusOr<StepOutcome> out = executor.Await();
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->step, 1);
+  EXPECT_THAT(Tokens(*out, 0), ElementsAre(3, 4, 5, 6));
+  out = executor.Await();
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->step, 2);
+  EXPECT_THAT(Tokens(*out, 0), ElementsAre(7));
+  out = executor.Await();
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(out.status().message()), ::testing::HasSubstr("step 3"));
+  const absl::Status third_error = out.status();
+  out = executor.Await();
+  EXPECT_EQ(out.status(), third_error);
+  EXPECT_EQ(executor.in_flight(), 0);
+  executor.Stop();
+}
+
+}  // namespace
+}  // namespace verdict

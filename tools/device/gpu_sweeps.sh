@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine inside a bundle (tools/device/bundle.sh): the load
+# sweeps of docs/PERF.md on the CUDA backend, through tools/bench/sweep.py.
+#
+#   tools/device/gpu_sweeps.sh SET [OUT_DIR]
+#
+# SET picks the models and the sweep:
+#   bundled      the bundled pair (real weights), every mode + speculation off
+#   8b-1b-0.8    Llama-3.1-8B / Llama-3.2-1B shapes, dummy weights,
+#   8b-1b-0.6    simulated acceptance 0.8 or 0.6, every mode + speculation off
+# Environment: TP (default 1), OVERLAP (default "off,on"), CONCURRENCY
+# (default 1,4,16,64), MAX_TOKENS (default 256), MODES (default all three).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+set_name=${1:?usage: gpu_sweeps.sh SET [OUT_DIR]}
+out=${2:-${OUT:-/tmp}/sweep-$set_name}
+bundle=${BUNDLE:-.bundle}
+source "$bundle/env.sh"
+
+server_args="--backend=cuda"
+case "$set_name" in
+  bundled) ;;
+  8b-1b-*)
+    rate=${set_name#8b-1b-}
+    server_args+=" --model=builtin:llama-3.1-8b --draft=builtin:llama-3.2-1b"
+    server_args+=" --load-format=dummy --simulate-acceptance=$rate --max-model-len=4096"
+    ;;
+  *) echo "gpu_sweeps: unknown set '$set_name'" >&2; exit 2 ;;
+esac
+
+python3 tools/bench/sweep.py --verdict "$bundle/bin/runtime/verdict" \
+  --tp "${TP:-1}" --overlap "${OVERLAP:-off,on}" --modes "${MODES:-static,cap-accept,compact}" \
+  --concurrency "${CONCURRENCY:-1,4,16,64}" --max-tokens "${MAX_TOKENS:-256}" \
+  --temperature 0 --server-args "$server_args ${EXTRA_SERVER_ARGS:-}" --no-plot \
+  --out "$out"
