@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "comm/bf16.h"
 #include "comm/internal/collective_util.h"
 #include "comm/internal/mpi_error.h"
+#include "kernels/bf16.h"
 
 namespace verdict {
 namespace {

@@ -2,7 +2,7 @@
 // duplicate of an MPI communicator (MPI_COMM_WORLD by default) as
 // non-blocking MPI calls polled against a deadline, so a stuck peer becomes
 // DeadlineExceeded instead of a hang. bf16 sums use a user-defined MPI op
-// that adds in float and rounds to nearest even (comm/bf16.h); uint8 sums
+// that adds in float and rounds to nearest even (kernels/bf16.h); uint8 sums
 // wrap modulo 256 as NCCL's do.
 //
 // One collective at a time per communicator, called in the same order on

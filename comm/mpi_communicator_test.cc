@@ -17,10 +17,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "comm/bf16.h"
 #include "comm/mpi_session.h"
-#include "gtest/gtest.h"
 #include "comm/testing/rank_failure_printer.h"
+#include "gtest/gtest.h"
+#include "kernels/bf16.h"
 
 namespace verdict {
 namespace {

@@ -17,10 +17,10 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "comm/bf16.h"
 #include "comm/mpi_session.h"
 #include "comm/nccl_communicator.h"
 #include "gtest/gtest.h"
+#include "kernels/bf16.h"
 
 namespace verdict {
 namespace {

@@ -1,7 +1,8 @@
 #include "kernels/verify_step.h"
 
 #include <algorithm>
-#include <cstring>
+
+#include "kernels/bf16.h"
 
 namespace verdict {
 
@@ -11,23 +12,13 @@ std::vector<uint32_t> BitmaskAllowing(int32_t vocab_size, const std::vector<int3
   return words;
 }
 
-uint16_t FloatToBFloat16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0) {
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN
-  }
-  const uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
 HostVerifyStep::HostVerifyStep(int32_t vocab_size, SamplerConfig config, bool sparse)
     : vocab_size_(vocab_size), config_(config), sparse_(sparse) {}
 
 void HostVerifyStep::UseBFloat16Logits() {
   bf16_ = true;
   logits_bf16_.resize(logits_.size());
-  for (size_t i = 0; i < logits_.size(); ++i) logits_bf16_[i] = FloatToBFloat16(logits_[i]);
+  for (size_t i = 0; i < logits_.size(); ++i) logits_bf16_[i] = FloatToBf16(logits_[i]);
 }
 
 int32_t HostVerifyStep::Add(const VerifyRequest& request) {
@@ -46,7 +37,7 @@ int32_t HostVerifyStep::Add(const VerifyRequest& request) {
     row.resize(vocab_size_, 0.0f);
     logits_.insert(logits_.end(), row.begin(), row.end());
     if (bf16_) {
-      for (const float x : row) logits_bf16_.push_back(FloatToBFloat16(x));
+      for (const float x : row) logits_bf16_.push_back(FloatToBf16(x));
     }
     golden_.push_back(k < static_cast<int32_t>(request.golden_token_ids.size())
                           ? request.golden_token_ids[k]

@@ -125,9 +125,6 @@ struct HostVerifyOutputs {
   VerifyErrorRecord error;
 };
 
-// Float to bfloat16 bits, round to nearest even (NaN stays NaN).
-uint16_t FloatToBFloat16(float x);
-
 }  // namespace verdict
 
 #endif  // VERDICT_KERNELS_VERIFY_STEP_H_

@@ -6,9 +6,11 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -48,8 +50,11 @@ class DeviceBuffer {
     return absl::OkStatus();
   }
   // Grows (never shrinks) to at least `bytes`; the contents are not kept.
-  absl::Status Reserve(size_t bytes) {
-    return bytes <= bytes_ ? absl::OkStatus() : Allocate(bytes + bytes / 4);
+  // Counts the reallocations in *moved (a captured graph holds addresses).
+  absl::Status Reserve(size_t bytes, int* moved = nullptr) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    if (moved != nullptr) ++*moved;
+    return Allocate(bytes + bytes / 4);
   }
   template <typename T>
   T* as() const {
@@ -68,8 +73,9 @@ class PinnedBuffer {
   ~PinnedBuffer() {
     if (ptr_ != nullptr) cudaFreeHost(ptr_);
   }
-  absl::Status Reserve(size_t bytes) {
+  absl::Status Reserve(size_t bytes, int* moved = nullptr) {
     if (bytes <= bytes_) return absl::OkStatus();
+    if (moved != nullptr) ++*moved;
     if (ptr_ != nullptr) cudaFreeHost(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
@@ -128,8 +134,11 @@ class CudaLlamaModel : public ModelRunner {
   }
   ~CudaLlamaModel() override {
     cudaSetDevice(device_);
+    DropGraphs();
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
+
+  void set_cuda_graphs(bool on) { cuda_graphs_ = on; }
 
   absl::Status Init(const WeightSource& source, int load_threads);
 
@@ -145,6 +154,14 @@ class CudaLlamaModel : public ModelRunner {
   absl::Status RunPass(const ForwardBatch& batch, const std::vector<int64_t>& dst_rows,
                        float* logits);
   absl::Status LoadWeights(const WeightSource& source, int load_threads);
+  // Enqueues `enqueue` on the stream: replayed from a CUDA graph of the
+  // same launch shape when one was captured, captured on the shape's second
+  // use (the first runs eagerly, which also prepares the GEMM plans), else
+  // run eagerly.
+  template <typename Key>
+  absl::Status EnqueueMaybeGraph(const Key& key, bool graphable,
+                                 const std::function<absl::Status()>& enqueue);
+  void DropGraphs();
   absl::Status AllReduce(void* buffer, size_t count, DataType type) {
     if (tp_.size == 1) return absl::OkStatus();
     return comm_->AllReduceSum(buffer, buffer, count, type, stream_);
@@ -170,7 +187,59 @@ class CudaLlamaModel : public ModelRunner {
   DeviceBuffer meta_;
   DeviceBuffer residual_, normed_, qkv_, attn_, o_out_, gate_up_, act_, mlp_out_;
   DeviceBuffer selected_, local_logits_, gathered_, full_logits_, attn_workspace_;
+
+  // Captured forward passes by launch shape: (requests, tokens, longest
+  // query, block-table width, context bound). Valid while no step buffer
+  // moves; a reallocation drops them all.
+  using GraphKey = std::tuple<int, int, int, int, int>;
+  struct GraphEntry {
+    int uses = 0;
+    cudaGraphExec_t exec = nullptr;
+    bool failed = false;  // capture refused: this shape stays eager
+  };
+  bool cuda_graphs_ = true;
+  std::map<GraphKey, GraphEntry> graphs_;
 };
+
+void CudaLlamaModel::DropGraphs() {
+  for (auto& [key, entry] : graphs_) {
+    if (entry.exec != nullptr) cudaGraphExecDestroy(entry.exec);
+  }
+  graphs_.clear();
+}
+
+template <typename Key>
+absl::Status CudaLlamaModel::EnqueueMaybeGraph(const Key& key, bool graphable,
+                                               const std::function<absl::Status()>& enqueue) {
+  if (!graphable || !cuda_graphs_) return enqueue();
+  GraphEntry& entry = graphs_[key];
+  if (entry.exec != nullptr) {
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(entry.exec, stream_));
+    return absl::OkStatus();
+  }
+  if (entry.failed || entry.uses++ == 0) return enqueue();
+  VERDICT_CUDA_RETURN_IF_ERROR(
+      cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  absl::Status status = enqueue();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+  if (status.ok() && end == cudaSuccess) {
+    const cudaError_t made = cudaGraphInstantiate(&entry.exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (made == cudaSuccess) {
+      VERDICT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(entry.exec, stream_));
+      return absl::OkStatus();
+    }
+    entry.exec = nullptr;
+  } else if (graph != nullptr) {
+    cudaGraphDestroy(graph);
+  }
+  // Capture is an optimisation: a shape that cannot be captured runs
+  // eagerly from now on (the same kernels, so the same results).
+  cudaGetLastError();
+  entry.failed = true;
+  return enqueue();
+}
 
 absl::Status CudaLlamaModel::Init(const WeightSource& source, int load_threads) {
   VERDICT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
@@ -377,12 +446,18 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
     max_query = std::max<int>(max_query, static_cast<int>(r.token_ids.size()));
     max_kv = std::max<int>(max_kv, static_cast<int>(r.start_position + r.token_ids.size()));
   }
+  // The attention's launch (its KV splits) follows the context bound, not
+  // the exact length: rounded up, consecutive steps share one launch shape
+  // and one graph, and eager and replayed steps compute the same bits.
+  constexpr int kContextBucket = 256;
+  const int kv_bound = (max_kv + kContextBucket - 1) / kContextBucket * kContextBucket;
+  int moved = 0;  // step buffers reallocated by this pass
   // Offsets (in int32 elements) of each array in the packed buffer.
   const size_t o_ids = 0, o_pos = o_ids + t, o_qstart = o_pos + t, o_kvlen = o_qstart + b + 1,
                o_tables = o_kvlen + b, o_rings = o_tables + static_cast<size_t>(b) * max_table,
                total = o_rings + b;
-  if (absl::Status s = host_meta_.Reserve(total * sizeof(int32_t)); !s.ok()) return s;
-  if (absl::Status s = meta_.Reserve(total * sizeof(int32_t)); !s.ok()) return s;
+  if (absl::Status s = host_meta_.Reserve(total * sizeof(int32_t), &moved); !s.ok()) return s;
+  if (absl::Status s = meta_.Reserve(total * sizeof(int32_t), &moved); !s.ok()) return s;
   int32_t* h = host_meta_.as<int32_t>();
   {
     int row = 0;
@@ -402,8 +477,6 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
     }
     h[o_qstart + b] = row;
   }
-  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.as<int32_t>(), h, total * sizeof(int32_t),
-                                               cudaMemcpyHostToDevice, stream_));
   const int32_t* d = meta_.as<int32_t>();
   PagedBatch full_batch;
   full_batch.num_reqs = b;
@@ -413,7 +486,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   full_batch.positions = d + o_pos;
   full_batch.block_tables = d + o_tables;
   full_batch.max_query_len = max_query;
-  full_batch.max_kv_len = max_kv;
+  full_batch.max_kv_len = kv_bound;
   PagedBatch ring_batch = full_batch;
   ring_batch.block_tables = d + o_rings;
 
@@ -431,15 +504,18 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   ring_layout.ring_blocks = 1;
 
   // ---- Activations. ----
-  auto reserve = [](DeviceBuffer& buf, size_t elements, size_t element_bytes) {
-    return buf.Reserve(elements * element_bytes);
+  auto reserve = [&moved](DeviceBuffer& buf, size_t elements, size_t element_bytes) {
+    return buf.Reserve(elements * element_bytes, &moved);
   };
   const size_t T = static_cast<size_t>(t);
+  const size_t local_elems = static_cast<size_t>(out_rows) * sh.vocab_shard;
   for (absl::Status s :
        {reserve(residual_, T * sh.hidden, 4), reserve(normed_, T * sh.hidden, 2),
         reserve(qkv_, T * sh.qkv_size(), 2), reserve(attn_, T * sh.q_size(), 2),
         reserve(o_out_, T * sh.hidden, 2), reserve(gate_up_, T * 2 * sh.inter, 2),
-        reserve(act_, T * sh.inter, 2), reserve(mlp_out_, T * sh.hidden, 2)}) {
+        reserve(act_, T * sh.inter, 2), reserve(mlp_out_, T * sh.hidden, 2),
+        reserve(selected_, static_cast<size_t>(out_rows) * sh.hidden, 2),
+        reserve(local_logits_, local_elems, 4)}) {
     if (!s.ok()) return s;
   }
   AttentionConfig attn_full;
@@ -453,7 +529,8 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
                                               : PagedAttentionWorkspaceBytes(full_batch, full_layout,
                                                                              attn_full));
   }
-  if (absl::Status s = attn_workspace_.Reserve(workspace); !s.ok()) return s;
+  if (absl::Status s = attn_workspace_.Reserve(workspace, &moved); !s.ok()) return s;
+  if (moved > 0) DropGraphs();
 
   float* residual = residual_.as<float>();
   uint16_t* normed = normed_.as<uint16_t>();
@@ -465,6 +542,11 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   uint16_t* mlp_out = mlp_out_.as<uint16_t>();
   const int qkv_stride = sh.qkv_size();
 
+  // Everything from the metadata upload to the LM head's logits in
+  // local_logits_: the part a CUDA graph replays.
+  auto enqueue = [&]() -> absl::Status {
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.as<int32_t>(), h, total * sizeof(int32_t),
+                                               cudaMemcpyHostToDevice, stream_));
   // ---- Embedding (vocab-parallel: zeros outside this rank's rows). ----
   const EmbeddingShard shard{tp_.rank * sh.vocab_shard, (tp_.rank + 1) * sh.vocab_shard,
                              sh.hidden};
@@ -528,10 +610,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
     if (!s.ok()) return s;
     if (s = AllReduce(mlp_out, T * sh.hidden, DataType::kBFloat16); !s.ok()) return s;
   }
-  if (out_rows == 0) {
-    VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return comm_ != nullptr && tp_.size > 1 ? comm_->Synchronize(stream_) : absl::OkStatus();
-  }
+  if (out_rows == 0) return absl::OkStatus();
 
   // ---- Final norm and the LM head on the wanted rows. ----
   absl::Status s = InvokeAddRmsNorm(mlp_out, residual, final_norm_.as<uint16_t>(), normed, t,
@@ -540,7 +619,6 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   const uint16_t* head_in = normed;
   if (out_rows != t) {
     // Each request's wanted rows are its last ones: one copy per request.
-    if (s = reserve(selected_, static_cast<size_t>(out_rows) * sh.hidden, 2); !s.ok()) return s;
     int src_row = 0;
     int dst_row = 0;
     for (const ForwardRequest& r : batch.requests) {
@@ -558,12 +636,21 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
     }
     head_in = selected_.as<uint16_t>();
   }
-  const size_t local_elems = static_cast<size_t>(out_rows) * sh.vocab_shard;
-  if (s = reserve(local_logits_, local_elems, 4); !s.ok()) return s;
   const uint16_t* head = config_.tie_word_embeddings ? embed_.as<uint16_t>() : lm_head_.as<uint16_t>();
-  s = gemm_->Run(head_in, head, nullptr, local_logits_.as<float>(), out_rows, sh.vocab_shard,
-                 sh.hidden, stream_);
+  return gemm_->Run(head_in, head, nullptr, local_logits_.as<float>(), out_rows, sh.vocab_shard,
+                    sh.hidden, stream_);
+  };
+
+  // Graphs replay one rank's kernels; the collectives of TP > 1 and the
+  // per-request row copies of a partial-logits step stay eager.
+  const bool graphable = tp_.size == 1 && out_rows == t;
+  absl::Status s = EnqueueMaybeGraph(GraphKey{b, t, max_query, max_table, kv_bound}, graphable,
+                                     enqueue);
   if (!s.ok()) return s;
+  if (out_rows == 0) {
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return comm_ != nullptr && tp_.size > 1 ? comm_->Synchronize(stream_) : absl::OkStatus();
+  }
 
   // Rows of [vocab] floats on the device: this rank's slice is the whole
   // vocabulary at tp 1; otherwise gather the slices and lay them side by
@@ -634,6 +721,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaLlamaModel(const ModelCon
   int device = options.device;
   if (device < 0) VERDICT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   auto model = std::make_unique<CudaLlamaModel>(config, kv_cache, device_comm, tp, device);
+  model->set_cuda_graphs(options.cuda_graphs);
   if (absl::Status s = model->Init(source, options.load_threads); !s.ok()) return s;
   return std::unique_ptr<ModelRunner>(std::move(model));
 }

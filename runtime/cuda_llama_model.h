@@ -34,6 +34,10 @@ struct CudaModelOptions {
   int device = -1;
   // Threads that read weight shards (dummy generation, bf16 conversion).
   int load_threads = 0;  // 0: hardware concurrency
+  // Replay repeated step shapes from CUDA graphs (one rank's passes whose
+  // every row wants logits: draft and verify steps). The same kernels run
+  // either way, so the logits are the same bits.
+  bool cuda_graphs = true;
 };
 
 // Loads this rank's shard as bf16 into device memory and allocates the

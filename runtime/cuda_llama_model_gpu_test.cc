@@ -194,6 +194,60 @@ TEST(CudaLlamaModelTest, Qwen3QkNorm) {
   RunScenario(c, "qwen3");
 }
 
+// Graph replay against eager launches: the same logits, bit for bit, over
+// repeated verify shapes (captured on their second use, replayed after) and a
+// context that crosses a bucket boundary (a new shape).
+TEST(CudaLlamaModelTest, GraphReplayEqualsEagerLaunches) {
+  auto config = LoadModelConfig("models/target");
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto weights = OpenCheckpointWeights("models/target");
+  ASSERT_TRUE(weights.ok());
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<std::unique_ptr<ModelRunner>> models;
+  for (bool graphs : {true, false}) {
+    auto kv = KvCache::Create(MakeKvCacheConfig(*config, 1, 256, 8, 6));
+    ASSERT_TRUE(kv.ok());
+    caches.push_back(std::make_unique<KvCache>(*std::move(kv)));
+    CudaModelOptions options;
+    options.cuda_graphs = graphs;
+    auto model = CreateCudaLlamaModel(*config, **weights, caches.back().get(), nullptr, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    models.push_back(*std::move(model));
+  }
+  const int vocab = config->vocab_size;
+  std::mt19937 rng(21);
+  std::vector<int> handles;
+  for (auto& kv : caches) {
+    handles.clear();
+    for (int i = 0; i < 3; ++i) handles.push_back(*kv->Allocate(400));
+  }
+  std::vector<std::vector<int32_t>> prompts(3);
+  ForwardBatch prefill;
+  for (int i = 0; i < 3; ++i) {
+    prompts[i] = RandomTokens(rng, 230 + i, vocab);
+    prefill.requests.push_back({handles[i], 0, prompts[i], 1});
+  }
+  for (auto& m : models) {
+    std::vector<float> out(3 * vocab);
+    ASSERT_TRUE(m->Forward(prefill, out.data()).ok());
+  }
+  // 12 verify steps of 6 rows per request, 3 positions apart: the contexts
+  // cross 256 (a new context bucket, so a new shape) half way.
+  for (int step = 0; step < 12; ++step) {
+    ForwardBatch verify;
+    std::vector<std::vector<int32_t>> block(3);
+    for (int i = 0; i < 3; ++i) {
+      block[i] = RandomTokens(rng, 6, vocab);
+      verify.requests.push_back({handles[i], static_cast<int64_t>(prompts[i].size()) + 3 * step,
+                                 block[i], -1});
+    }
+    std::vector<float> with_graphs(18 * vocab), eager(18 * vocab);
+    ASSERT_TRUE(models[0]->Forward(verify, with_graphs.data()).ok()) << "step " << step;
+    ASSERT_TRUE(models[1]->Forward(verify, eager.data()).ok()) << "step " << step;
+    ASSERT_EQ(with_graphs, eager) << "step " << step;
+  }
+}
+
 // The bundled target: a prompt, then greedy decoding fed with the CPU's
 // tokens; the device's greedy choice must match on every clear row.
 TEST(CudaLlamaModelTest, BundledTargetGreedy) {

@@ -311,9 +311,11 @@ absl::Status DeviceSampling::Verify(const VerifyInputs& params,
                ra = o.Add<uint8_t>(t), ac = o.Add<uint8_t>(t), fi = o.Add<uint8_t>(t),
                vt = o.Add<int32_t>(t), ct = o.Add<int32_t>(t), lp = o.Add<float>(t),
                lvo = o.Add<int32_t>(b), st = o.Add<int32_t>(b), es = o.Add<uint8_t>(b),
-               ng = o.Add<int32_t>(nextn), nv = o.Add<int32_t>(nextn), nc = o.Add<float>(conf),
+               ng = o.Add<int32_t>(nextn), nv = o.Add<int32_t>(nextn),
+               // In and out: the kernel zeroes a stopped request's confidences.
+               nc = o.Put(host->next_draft_confidences.data(), conf),
                er = o.Add<VerifyErrorRecord>(1);
-  if (absl::Status s = o.Reserve(); !s.ok()) return s;
+  if (absl::Status s = o.Upload(m.stream); !s.ok()) return s;
   VerifyOutputs out;
   out.row_to_req = o.device<int32_t>(r2r);
   out.local_step = o.device<int32_t>(ls);

@@ -115,7 +115,9 @@ absl::StatusOr<Engine::Model> Engine::LoadModel(const ModelSource& source,
   model.kv = std::make_unique<KvCache>(*std::move(kv));
   absl::StatusOr<std::unique_ptr<ModelRunner>> runner;
   if (options.backend == ModelBackend::kCuda) {
-    runner = CreateCudaLlamaModel(model.config, *model.weights, model.kv.get(), device_comm);
+    CudaModelOptions cuda;
+    cuda.cuda_graphs = options.cuda_graphs;
+    runner = CreateCudaLlamaModel(model.config, *model.weights, model.kv.get(), device_comm, cuda);
   } else {
     CpuModelOptions cpu;
     cpu.num_threads = options.cpu_threads;

@@ -106,6 +106,7 @@ struct EngineOptions {
   // the fresh drafts' confidences, and steps run one at a time.
   bool overlap = false;
   ModelBackend backend = ModelBackend::kCpu;
+  bool cuda_graphs = true;  // CUDA backend: replay repeated step shapes from graphs
   // The longest one device collective (NCCL) may take.
   absl::Duration comm_timeout = absl::Seconds(30);
 };

@@ -44,6 +44,8 @@ ABSL_FLAG(std::string, tokenizer, "",
           "builtin:NAME target shape");
 ABSL_FLAG(std::string, backend, "cpu",
           "where the models run: cpu (float32, any machine) or cuda (bf16, one GPU per rank)");
+ABSL_FLAG(std::string, cuda_graphs, "on",
+          "cuda backend: on replays repeated draft and verify step shapes from CUDA graphs");
 ABSL_FLAG(double, comm_timeout, 30, "seconds a collective may take before every rank aborts");
 ABSL_FLAG(double, simulate_acceptance, -1,
           "benchmarks at real shapes: accept every verified draft with this probability (0 to 1) "
@@ -118,6 +120,12 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
   }
   options.backend = backend == "cuda" ? ModelBackend::kCuda : ModelBackend::kCpu;
   options.comm_timeout = comm_options.timeout;
+  const std::string graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  if (graphs != "on" && graphs != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cuda-graphs must be on or off, got '", graphs, "'"));
+  }
+  options.cuda_graphs = graphs == "on";
 
   const std::string load_format = absl::GetFlag(FLAGS_load_format);
   if (load_format != "auto" && load_format != "dummy") {

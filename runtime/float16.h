@@ -1,8 +1,8 @@
-// Conversions between float32 and the two 16-bit float formats that
-// checkpoints use: bfloat16 (top half of a float32) and IEEE binary16.
-// Rounding to 16 bits is round-to-nearest-even, the rule PyTorch and CUDA's
-// __float2bfloat16 / __float2half use, so weights written here read back the
-// same on every backend.
+// Conversions between float32 and IEEE binary16, one of the 16-bit float
+// formats checkpoints use (bfloat16, the other, is kernels/bf16.h). Rounding
+// to 16 bits is round-to-nearest-even, the rule PyTorch and CUDA's
+// __float2half use, so weights written here read back the same on every
+// backend.
 #ifndef VERDICT_RUNTIME_FLOAT16_H_
 #define VERDICT_RUNTIME_FLOAT16_H_
 
@@ -21,15 +21,6 @@ inline float BitsToFloat(uint32_t u) {
   float f;
   std::memcpy(&f, &u, sizeof(f));
   return f;
-}
-
-inline float BFloat16ToFloat(uint16_t h) { return BitsToFloat(static_cast<uint32_t>(h) << 16); }
-
-inline uint16_t FloatToBFloat16(float f) {
-  uint32_t u = FloatBits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
 }
 
 inline float Float16ToFloat(uint16_t h) {

@@ -7,7 +7,13 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/cpu_ops.h"
+#include "kernels/model/add_bias.h"
+#include "kernels/model/embedding.h"
+#include "kernels/model/gemm.h"
+#include "kernels/model/rms_norm.h"
+#include "kernels/model/rope.h"
+#include "kernels/model/silu_and_mul.h"
+#include "runtime/parallel_for.h"
 #include "runtime/rope.h"
 
 namespace verdict {
@@ -58,6 +64,20 @@ absl::Status ValidateForwardBatch(const ForwardBatch& batch, const ModelConfig& 
 
 namespace {
 
+// gate_proj's rows, then up_proj's, in one [2 * inter, hidden] weight: one
+// GEMM then writes the fused gate_up rows that SiluAndMulCpu reads. The two
+// originals are freed.
+HostTensor StackGateUp(LlamaLayerWeights& layer) {
+  HostTensor stacked;
+  stacked.shape = {layer.gate_proj.shape[0] + layer.up_proj.shape[0], layer.gate_proj.shape[1]};
+  stacked.data.reserve(layer.gate_proj.data.size() + layer.up_proj.data.size());
+  stacked.data.insert(stacked.data.end(), layer.gate_proj.data.begin(), layer.gate_proj.data.end());
+  stacked.data.insert(stacked.data.end(), layer.up_proj.data.begin(), layer.up_proj.data.end());
+  layer.gate_proj = HostTensor();
+  layer.up_proj = HostTensor();
+  return stacked;
+}
+
 class CpuLlamaModel : public ModelRunner {
  public:
   CpuLlamaModel(const ModelConfig& config, LlamaWeights weights, const KvCache* kv_cache,
@@ -68,7 +88,10 @@ class CpuLlamaModel : public ModelRunner {
         storage_(*kv_cache),
         comm_(comm),
         threads_(threads),
-        inv_freq_(RopeInvFrequencies(config)) {}
+        inv_freq_(RopeInvFrequencies(config)) {
+    gate_up_.reserve(weights_.layers.size());
+    for (LlamaLayerWeights& layer : weights_.layers) gate_up_.push_back(StackGateUp(layer));
+  }
 
   const ModelConfig& config() const override { return config_; }
 
@@ -99,6 +122,7 @@ class CpuLlamaModel : public ModelRunner {
   Communicator* comm_;
   int threads_;
   std::vector<float> inv_freq_;
+  std::vector<HostTensor> gate_up_;  // per layer, StackGateUp
 };
 
 void CpuLlamaModel::AttendRow(int layer, int handle, int64_t first, int64_t last,
@@ -181,89 +205,68 @@ void CpuLlamaModel::Attention(int layer, const ForwardBatch& batch,
 absl::Status CpuLlamaModel::Forward(const ForwardBatch& batch, float* logits) {
   if (absl::Status s = ValidateForwardBatch(batch, config_, *kv_cache_); !s.ok()) return s;
   const int64_t tokens = batch.num_tokens();
-  const int64_t hidden = config_.hidden_size;
+  const int hidden = config_.hidden_size;
   const int hd = config_.head_dim;
-  const int64_t q_dim = static_cast<int64_t>(config_.num_heads / tp()) * hd;
-  const int64_t kv_dim = static_cast<int64_t>(config_.num_kv_heads / tp()) * hd;
-  const int64_t inter = config_.intermediate_size / tp();
+  const int q_dim = config_.num_heads / tp() * hd;
+  const int kv_dim = config_.num_kv_heads / tp() * hd;
+  const int inter = config_.intermediate_size / tp();
   const float eps = config_.rms_norm_eps;
 
+  // The packed rows' token ids and positions, as the ops take them.
   std::vector<int64_t> row_offset(batch.requests.size());
-  std::vector<int64_t> row_position(tokens);
+  std::vector<int32_t> row_ids(tokens), row_positions(tokens);
   {
     int64_t row = 0;
     for (size_t i = 0; i < batch.requests.size(); ++i) {
+      const ForwardRequest& r = batch.requests[i];
       row_offset[i] = row;
-      for (size_t t = 0; t < batch.requests[i].token_ids.size(); ++t) {
-        row_position[row++] = batch.requests[i].start_position + static_cast<int64_t>(t);
+      for (size_t t = 0; t < r.token_ids.size(); ++t, ++row) {
+        row_ids[row] = r.token_ids[t];
+        row_positions[row] = static_cast<int32_t>(r.start_position + static_cast<int64_t>(t));
       }
     }
   }
+  const int rows = static_cast<int>(tokens);
 
   // Vocab-parallel embedding: each rank fills the rows it owns, zeros
   // elsewhere, and the all-reduce assembles the full rows.
-  std::vector<float> x(tokens * hidden, 0.0f);
-  const int64_t vocab_shard = weights_.padded_vocab / tp();
-  const int64_t vocab_first = weights_.tp.rank * vocab_shard;
-  {
-    int64_t row = 0;
-    for (const ForwardRequest& r : batch.requests) {
-      for (int32_t id : r.token_ids) {
-        const int64_t local = id - vocab_first;
-        if (local >= 0 && local < vocab_shard) {
-          std::memcpy(&x[row * hidden], weights_.embed_tokens.ptr() + local * hidden,
-                      hidden * sizeof(float));
-        }
-        ++row;
-      }
-    }
-  }
+  std::vector<float> x(tokens * hidden);
+  const int vocab_shard = weights_.padded_vocab / tp();
+  const EmbeddingShard shard{weights_.tp.rank * vocab_shard, (weights_.tp.rank + 1) * vocab_shard,
+                             hidden};
+  EmbeddingCpu(row_ids.data(), rows, weights_.embed_tokens.ptr(), shard, x.data());
   if (absl::Status s = AllReduce(x); !s.ok()) return s;
 
-  std::vector<float> h(tokens * hidden), q(tokens * q_dim), k(tokens * kv_dim),
-      v(tokens * kv_dim), attn(tokens * q_dim), proj(tokens * hidden), gate(tokens * inter),
-      up(tokens * inter);
+  std::vector<float> h(tokens * hidden), q(tokens * q_dim), k(tokens * kv_dim), v(tokens * kv_dim),
+      attn(tokens * q_dim), proj(tokens * hidden), gate_up(tokens * 2 * inter), act(tokens * inter);
   auto bias = [](const HostTensor& t) { return t.empty() ? nullptr : t.ptr(); };
+  const RopeShape rope{rows, q_dim / hd, kv_dim / hd, hd, q_dim, kv_dim};
 
   for (int l = 0; l < config_.num_layers; ++l) {
     const LlamaLayerWeights& w = weights_.layers[l];
-    RmsNormCpu(x.data(), w.input_norm.ptr(), tokens, hidden, eps, h.data());
-    LinearCpu(h.data(), tokens, hidden, w.q_proj.ptr(), q_dim, bias(w.q_bias), q.data(), threads_);
-    LinearCpu(h.data(), tokens, hidden, w.k_proj.ptr(), kv_dim, bias(w.k_bias), k.data(),
-              threads_);
-    LinearCpu(h.data(), tokens, hidden, w.v_proj.ptr(), kv_dim, bias(w.v_bias), v.data(),
-              threads_);
+    RmsNormCpu(x.data(), w.input_norm.ptr(), h.data(), rows, hidden, eps);
+    GemmCpu(h.data(), w.q_proj.ptr(), bias(w.q_bias), q.data(), rows, q_dim, hidden, threads_);
+    GemmCpu(h.data(), w.k_proj.ptr(), bias(w.k_bias), k.data(), rows, kv_dim, hidden, threads_);
+    GemmCpu(h.data(), w.v_proj.ptr(), bias(w.v_bias), v.data(), rows, kv_dim, hidden, threads_);
     if (config_.qk_norm) {
       // Qwen3: RMSNorm over each head, before RoPE.
-      RmsNormCpu(q.data(), w.q_norm.ptr(), tokens * (q_dim / hd), hd, eps, q.data());
-      RmsNormCpu(k.data(), w.k_norm.ptr(), tokens * (kv_dim / hd), hd, eps, k.data());
+      HeadRmsNormCpu(q.data(), rows, rope.num_heads, hd, q_dim, w.q_norm.ptr(), eps);
+      HeadRmsNormCpu(k.data(), rows, rope.num_kv_heads, hd, kv_dim, w.k_norm.ptr(), eps);
     }
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t off = 0; off < q_dim; off += hd) {
-        ApplyRope(inv_freq_, row_position[t], &q[t * q_dim + off]);
-      }
-      for (int64_t off = 0; off < kv_dim; off += hd) {
-        ApplyRope(inv_freq_, row_position[t], &k[t * kv_dim + off]);
-      }
-    }
+    RopeCpu(q.data(), k.data(), row_positions.data(), inv_freq_.data(), rope);
     Attention(l, batch, row_offset, k, v, q, attn);
 
     // Row-parallel output projection: partial sums, then the all-reduce;
     // the bias is added once, after it.
-    LinearCpu(attn.data(), tokens, q_dim, w.o_proj.ptr(), hidden, nullptr, proj.data(), threads_);
+    GemmCpu(attn.data(), w.o_proj.ptr(), nullptr, proj.data(), rows, hidden, q_dim, threads_);
     if (absl::Status s = AllReduce(proj); !s.ok()) return s;
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t i = 0; i < hidden; ++i) {
-        x[t * hidden + i] += proj[t * hidden + i] + (w.o_bias.empty() ? 0.0f : w.o_bias.data[i]);
-      }
-    }
+    if (!w.o_bias.empty()) AddBiasCpu(proj.data(), w.o_bias.ptr(), rows, hidden);
+    AddRmsNormCpu(proj.data(), x.data(), w.post_attention_norm.ptr(), h.data(), rows, hidden, eps);
 
-    RmsNormCpu(x.data(), w.post_attention_norm.ptr(), tokens, hidden, eps, h.data());
-    LinearCpu(h.data(), tokens, hidden, w.gate_proj.ptr(), inter, nullptr, gate.data(), threads_);
-    LinearCpu(h.data(), tokens, hidden, w.up_proj.ptr(), inter, nullptr, up.data(), threads_);
-    SiluMulCpu(gate.data(), up.data(), tokens * inter, gate.data());
-    LinearCpu(gate.data(), tokens, inter, w.down_proj.ptr(), hidden, nullptr, proj.data(),
-              threads_);
+    GemmCpu(h.data(), gate_up_[l].ptr(), nullptr, gate_up.data(), rows, 2 * inter, hidden,
+            threads_);
+    SiluAndMulCpu(gate_up.data(), act.data(), rows, inter);
+    GemmCpu(act.data(), w.down_proj.ptr(), nullptr, proj.data(), rows, hidden, inter, threads_);
     if (absl::Status s = AllReduce(proj); !s.ok()) return s;
     for (int64_t i = 0; i < tokens * hidden; ++i) x[i] += proj[i];
   }
@@ -283,10 +286,11 @@ absl::Status CpuLlamaModel::Forward(const ForwardBatch& batch, float* logits) {
       }
     }
   }
-  RmsNormCpu(selected.data(), weights_.final_norm.ptr(), out_rows, hidden, eps, selected.data());
+  RmsNormCpu(selected.data(), weights_.final_norm.ptr(), selected.data(),
+             static_cast<int>(out_rows), hidden, eps);
   std::vector<float> local(out_rows * vocab_shard);
-  LinearCpu(selected.data(), out_rows, hidden, weights_.output_embedding().ptr(), vocab_shard,
-            nullptr, local.data(), threads_);
+  GemmCpu(selected.data(), weights_.output_embedding().ptr(), nullptr, local.data(),
+          static_cast<int>(out_rows), vocab_shard, hidden, threads_);
 
   // Vocab-parallel LM head: gather every rank's slice, drop the padding.
   const int64_t vocab = config_.vocab_size;

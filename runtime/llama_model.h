@@ -11,8 +11,8 @@
 // simply written again.
 //
 // ModelRunner is the seam between the engine and a backend. The CPU backend
-// (CreateCpuLlamaModel) is plain float32 C++ and the oracle every other
-// backend is tested against.
+// (CreateCpuLlamaModel) is plain float32 C++, built from the CPU twins of
+// kernels/model, and the oracle every other backend is tested against.
 #ifndef VERDICT_RUNTIME_LLAMA_MODEL_H_
 #define VERDICT_RUNTIME_LLAMA_MODEL_H_
 

@@ -1,6 +1,7 @@
+// The config.json fields reach the RoPE formulas of kernels/model/rope.h
+// (tested there) unchanged.
 #include "runtime/rope.h"
 
-#include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -20,79 +21,39 @@ ModelConfig Llama31() {
   return c;
 }
 
-TEST(RopeTest, UnscaledFrequencies) {
+TEST(RopeFrequencyConfigOfTest, ReadsEveryLlama3Field) {
+  ModelConfig c = Llama31();
+  c.rope_scaling.low_freq_factor = 2.0;  // distinct from the struct's defaults
+  c.rope_scaling.high_freq_factor = 16.0;
+  c.rope_scaling.original_max_position_embeddings = 4096;
+  const RopeFrequencyConfig r = RopeFrequencyConfigOf(c);
+  EXPECT_EQ(r.head_dim, 128);
+  EXPECT_EQ(r.theta, 500000.0);
+  EXPECT_EQ(r.scaling, RopeFrequencyConfig::Scaling::kLlama3);
+  EXPECT_EQ(r.factor, 8.0);
+  EXPECT_EQ(r.low_freq_factor, 2.0);
+  EXPECT_EQ(r.high_freq_factor, 16.0);
+  EXPECT_EQ(r.original_max_position_embeddings, 4096.0);
+}
+
+TEST(RopeFrequencyConfigOfTest, MapsEveryScalingType) {
   ModelConfig c = Llama31();
   c.rope_scaling.type = RopeScaling::Type::kNone;
-  std::vector<float> f = RopeInvFrequencies(c);
-  ASSERT_EQ(f.size(), 64u);
-  for (int i = 0; i < 64; ++i) {
-    EXPECT_FLOAT_EQ(f[i], static_cast<float>(std::pow(500000.0, -2.0 * i / 128)));
-  }
-}
-
-TEST(RopeTest, Llama3ScalingBands) {
-  // Wavelength 2 pi / f: below 8192 / 4 = 2048 tokens the frequency is
-  // kept, above 8192 / 1 it is divided by the factor, and in between
-  // blended linearly in 8192 / wavelength.
-  const ModelConfig c = Llama31();
-  std::vector<float> scaled = RopeInvFrequencies(c);
-  int kept = 0, divided = 0, blended = 0;
-  for (int i = 0; i < 64; ++i) {
-    const double base = std::pow(500000.0, -2.0 * i / 128);
-    const double wavelen = 2 * M_PI / base;
-    double expected;
-    if (wavelen < 2048) {
-      expected = base;
-      ++kept;
-    } else if (wavelen > 8192) {
-      expected = base / 8;
-      ++divided;
-    } else {
-      const double smooth = (8192 / wavelen - 1.0) / (4.0 - 1.0);
-      expected = (1 - smooth) * base / 8 + smooth * base;
-      ++blended;
-      EXPECT_GT(scaled[i], base / 8);
-      EXPECT_LT(scaled[i], base);
-    }
-    EXPECT_NEAR(scaled[i], expected, 1e-6 * expected) << i;
-  }
-  // Llama 3.1 8B: the bands all occur.
-  EXPECT_GT(kept, 0);
-  EXPECT_GT(divided, 0);
-  EXPECT_GT(blended, 0);
-  EXPECT_FLOAT_EQ(scaled[0], 1.0f);
-  EXPECT_FLOAT_EQ(scaled[63], static_cast<float>(std::pow(500000.0, -126.0 / 128) / 8));
-}
-
-TEST(RopeTest, LinearScaling) {
-  ModelConfig c = Llama31();
+  EXPECT_EQ(RopeFrequencyConfigOf(c).scaling, RopeFrequencyConfig::Scaling::kNone);
   c.rope_scaling.type = RopeScaling::Type::kLinear;
-  c.rope_scaling.factor = 4.0;
-  std::vector<float> f = RopeInvFrequencies(c);
-  for (int i = 0; i < 64; ++i) {
-    EXPECT_FLOAT_EQ(f[i], static_cast<float>(std::pow(500000.0, -2.0 * i / 128) / 4));
-  }
+  EXPECT_EQ(RopeFrequencyConfigOf(c).scaling, RopeFrequencyConfig::Scaling::kLinear);
 }
 
-TEST(RopeTest, RotatesHalvesAndPreservesNorm) {
-  ModelConfig c;
-  c.head_dim = 8;
-  c.rope_theta = 10000.0;
-  std::vector<float> f = RopeInvFrequencies(c);
-  std::vector<float> head = {1, 2, 3, 4, 5, 6, 7, 8};
-  std::vector<float> rotated = head;
-  ApplyRope(f, 0, rotated.data());
-  EXPECT_EQ(rotated, head);  // position 0 is the identity
-  ApplyRope(f, 37, rotated.data());
-  double n0 = 0, n1 = 0;
-  for (int i = 0; i < 8; ++i) {
-    n0 += head[i] * head[i];
-    n1 += rotated[i] * rotated[i];
-  }
-  EXPECT_NEAR(n0, n1, 1e-4);
-  // Pair (0, 4) rotates by 37 * f[0] = 37 radians.
-  EXPECT_NEAR(rotated[0], std::cos(37.0) * 1 - std::sin(37.0) * 5, 1e-5);
-  EXPECT_NEAR(rotated[4], std::cos(37.0) * 5 + std::sin(37.0) * 1, 1e-5);
+TEST(RopeInvFrequenciesTest, ScalesAsTheConfigSays) {
+  ModelConfig c = Llama31();
+  const std::vector<float> scaled = RopeInvFrequencies(c);
+  EXPECT_EQ(scaled, ComputeRopeInvFreq(RopeFrequencyConfigOf(c)));
+  c.rope_scaling.type = RopeScaling::Type::kNone;
+  const std::vector<float> plain = RopeInvFrequencies(c);
+  ASSERT_EQ(scaled.size(), 64u);
+  ASSERT_EQ(plain.size(), 64u);
+  EXPECT_EQ(scaled[0], plain[0]);              // high frequency: kept
+  EXPECT_FLOAT_EQ(scaled[63], plain[63] / 8);  // low frequency: divided by the factor
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/bf16.h"
 #include "nlohmann/json.hpp"
 #include "runtime/float16.h"
 
@@ -325,7 +326,7 @@ void SafetensorsWriter::AddBFloat16(std::string name, std::vector<int64_t> shape
                                     absl::Span<const float> values) {
   std::vector<uint8_t> bytes(values.size() * 2);
   for (size_t i = 0; i < values.size(); ++i) {
-    const uint16_t h = FloatToBFloat16(values[i]);
+    const uint16_t h = FloatToBf16(values[i]);
     std::memcpy(&bytes[2 * i], &h, 2);
   }
   Add(std::move(name), TensorDType::kBF16, std::move(shape), std::move(bytes));
@@ -398,7 +399,7 @@ absl::Status ConvertToFloat32(TensorDType dtype, const uint8_t* src, size_t coun
       for (size_t i = 0; i < count; ++i) {
         uint16_t h;
         std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = BFloat16ToFloat(h);
+        dst[i] = Bf16ToFloat(h);
       }
       return absl::OkStatus();
     case TensorDType::kF16:

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/float16.h"
+#include "kernels/bf16.h"
 
 namespace verdict {
 namespace {
@@ -249,7 +249,7 @@ absl::Status WeightSource::ReadShard(const WeightSpec& spec, TensorParallel tp,
   if (!status.ok()) return status;
   if (out_dtype == TensorDType::kBF16) {
     uint16_t* bf16 = static_cast<uint16_t*>(out);
-    for (int64_t i = 0; i < shard_elements; ++i) bf16[i] = FloatToBFloat16(staging[i]);
+    for (int64_t i = 0; i < shard_elements; ++i) bf16[i] = FloatToBf16(staging[i]);
   }
   return absl::OkStatus();
 }

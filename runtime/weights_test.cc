@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/float16.h"
+#include "kernels/bf16.h"
 #include "runtime/random_model.h"
 #include "runtime/safetensors.h"
 
@@ -186,7 +186,7 @@ TEST(WeightSourceTest, ReadsBFloat16) {
   std::vector<uint16_t> bf16(16);
   ASSERT_TRUE(source->ReadShard(spec, TensorParallel{1, 2}, TensorDType::kF32, f32.data()).ok());
   ASSERT_TRUE(source->ReadShard(spec, TensorParallel{1, 2}, TensorDType::kBF16, bf16.data()).ok());
-  for (int i = 0; i < 16; ++i) EXPECT_EQ(bf16[i], FloatToBFloat16(f32[i]));
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(bf16[i], FloatToBf16(f32[i]));
   EXPECT_FALSE(source->ReadShard(spec, TensorParallel{2, 2}, TensorDType::kF32, f32.data()).ok());
   EXPECT_FALSE(source->ReadShard(spec, TensorParallel{0, 2}, TensorDType::kI32, f32.data()).ok());
 }
@@ -246,8 +246,7 @@ TEST(LoadLlamaWeightsTest, ShardedBFloat16Checkpoint) {
   ASSERT_TRUE(d.ok());
   ASSERT_EQ(w->layers[1].gate_proj.data.size(), d->layers[1].gate_proj.data.size());
   for (size_t i = 0; i < d->layers[1].gate_proj.data.size(); ++i) {
-    EXPECT_EQ(w->layers[1].gate_proj.data[i],
-              BFloat16ToFloat(FloatToBFloat16(d->layers[1].gate_proj.data[i])));
+    EXPECT_EQ(w->layers[1].gate_proj.data[i], RoundToBf16(d->layers[1].gate_proj.data[i]));
   }
 }
 

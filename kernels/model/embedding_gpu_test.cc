@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "kernels/model/bf16.h"
+#include "kernels/bf16.h"
 #include "kernels/model/embedding.h"
 #include "kernels/model/internal/device_buffer.h"
 #include "kernels/model/internal/test_util.h"

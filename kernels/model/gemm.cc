@@ -1,6 +1,7 @@
 // The CPU twin of Gemm. Rows of W are split across threads; each output is
-// a dot product of two contiguous rows, summed in four float lanes (the
-// device sums in a different order; both are float32 accumulations).
+// a dot product of two contiguous rows, summed in a fixed order whatever the
+// thread count (the device sums in a different order; both are float32
+// accumulations).
 #include "kernels/model/gemm.h"
 
 #include <algorithm>
@@ -10,17 +11,17 @@
 namespace verdict {
 namespace {
 
+// Eight partial sums let the compiler vectorise without -ffast-math while
+// keeping one fixed summation order.
 float Dot(const float* x, const float* y, int k) {
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
   int i = 0;
-  for (; i + 4 <= k; i += 4) {
-    acc[0] += x[i] * y[i];
-    acc[1] += x[i + 1] * y[i + 1];
-    acc[2] += x[i + 2] * y[i + 2];
-    acc[3] += x[i + 3] * y[i + 3];
+  for (; i + 8 <= k; i += 8) {
+    for (int lane = 0; lane < 8; ++lane) acc[lane] += x[i + lane] * y[i + lane];
   }
-  for (; i < k; ++i) acc[0] += x[i] * y[i];
-  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  float tail = 0.0f;
+  for (; i < k; ++i) tail += x[i] * y[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
 }
 
 void GemmColumns(const float* a, const float* w, const float* bias, float* c, int m, int n, int k,

@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernels/bf16.h"
 #include "kernels/model/add_bias.h"
-#include "kernels/model/bf16.h"
 #include "kernels/model/gemm.h"
 #include "kernels/model/internal/device_buffer.h"
 #include "kernels/model/internal/test_util.h"

@@ -11,6 +11,20 @@
 namespace verdict {
 namespace {
 
+// Llama 3.1 8B: head_dim 128, theta 500000, factor 8, low 1, high 4,
+// original_max_position_embeddings 8192.
+RopeFrequencyConfig Llama31Config() {
+  RopeFrequencyConfig config;
+  config.head_dim = 128;
+  config.theta = 500000.0;
+  config.scaling = RopeFrequencyConfig::Scaling::kLlama3;
+  config.factor = 8.0;
+  config.low_freq_factor = 1.0;
+  config.high_freq_factor = 4.0;
+  config.original_max_position_embeddings = 8192.0;
+  return config;
+}
+
 TEST(RopeInvFreqTest, DefaultIsThetaPowerLaw) {
   RopeFrequencyConfig config;
   config.head_dim = 64;
@@ -36,16 +50,7 @@ TEST(RopeInvFreqTest, LinearScalingDividesEveryFrequency) {
 }
 
 TEST(RopeInvFreqTest, Llama3MatchesHuggingFaceReference) {
-  // Llama 3.1 8B: head_dim 128, theta 500000, factor 8, low 1, high 4,
-  // original_max_position_embeddings 8192.
-  RopeFrequencyConfig config;
-  config.head_dim = 128;
-  config.theta = 500000.0;
-  config.scaling = RopeFrequencyConfig::Scaling::kLlama3;
-  config.factor = 8.0;
-  config.low_freq_factor = 1.0;
-  config.high_freq_factor = 4.0;
-  config.original_max_position_embeddings = 8192.0;
+  RopeFrequencyConfig config = Llama31Config();
   const std::vector<float> inv_freq = ComputeRopeInvFreq(config);
   ASSERT_EQ(inv_freq.size(), 64u);
   struct Reference {
@@ -73,6 +78,40 @@ TEST(RopeInvFreqTest, Llama3MatchesHuggingFaceReference) {
     EXPECT_LE(inv_freq[i], plain[i] * 1.000001f) << i;
     EXPECT_GE(inv_freq[i], plain[i] / 8.0f * 0.999999f) << i;
   }
+}
+
+TEST(RopeInvFreqTest, Llama3BandsFollowTheirFormulaAtEveryIndex) {
+  // Wavelength 2 pi / f: below 8192 / 4 = 2048 tokens the frequency is
+  // kept, above 8192 / 1 it is divided by the factor, and in between
+  // blended linearly in 8192 / wavelength.
+  const RopeFrequencyConfig config = Llama31Config();
+  const std::vector<float> scaled = ComputeRopeInvFreq(config);
+  constexpr double kPi = 3.14159265358979323846;
+  int kept = 0, divided = 0, blended = 0;
+  for (int i = 0; i < 64; ++i) {
+    const double base = std::pow(500000.0, -2.0 * i / 128);
+    const double wavelen = 2 * kPi / base;
+    double expected;
+    if (wavelen < 2048) {
+      expected = base;
+      ++kept;
+    } else if (wavelen > 8192) {
+      expected = base / 8;
+      ++divided;
+    } else {
+      const double smooth = (8192 / wavelen - 1.0) / (4.0 - 1.0);
+      expected = (1 - smooth) * base / 8 + smooth * base;
+      ++blended;
+      EXPECT_GT(scaled[i], base / 8);
+      EXPECT_LT(scaled[i], base);
+    }
+    EXPECT_NEAR(scaled[i], expected, 1e-6 * expected) << i;
+  }
+  // Llama 3.1 8B: the bands all occur.
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(blended, 0);
+  EXPECT_FLOAT_EQ(scaled[63], static_cast<float>(std::pow(500000.0, -126.0 / 128) / 8));
 }
 
 TEST(RopeCpuTest, RotatesPairsHalfApart) {

@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "kernels/model/bf16.h"
+#include "kernels/bf16.h"
 #include "kernels/model/paged_attention.h"
 #include "kernels/model/paged_kv.h"
 

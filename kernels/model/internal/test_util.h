@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/model/bf16.h"
+#include "kernels/bf16.h"
 
 namespace verdict {
 namespace test_util {

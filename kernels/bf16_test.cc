@@ -1,8 +1,9 @@
-#include "comm/bf16.h"
+#include "kernels/bf16.h"
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -17,6 +18,14 @@ TEST(Bf16Test, ExactValuesRoundTrip) {
   EXPECT_EQ(FloatToBf16(-2.0f), 0xc000);
   EXPECT_EQ(FloatToBf16(-0.0f), 0x8000);
   EXPECT_EQ(Bf16ToFloat(0x3f81), 1.0078125f);  // 1 + 2^-7, one step above 1
+}
+
+TEST(Bf16Test, EveryNonNanValueRoundTrips) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = Bf16ToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(FloatToBf16(f), h) << std::hex << h;
+  }
 }
 
 TEST(Bf16Test, RoundsToNearestTiesToEven) {
@@ -42,6 +51,14 @@ TEST(Bf16Test, SpecialValues) {
   EXPECT_TRUE(std::isnan(Bf16ToFloat(0x7fff)));
   // Subnormals keep their top bits.
   EXPECT_EQ(FloatToBf16(0x1p-130f), 0x0008);  // 2^-130 = 2^19 * 2^-149
+}
+
+TEST(Bf16Test, VectorsAndRoundTripConvertEachElement) {
+  const std::vector<float> values = {1.0f + 0x1p-8f, -2.0f, 1.0f + 3 * 0x1p-8f};
+  const std::vector<uint16_t> bits = FloatToBf16Vector(values);
+  EXPECT_EQ(bits, (std::vector<uint16_t>{0x3f80, 0xc000, 0x3f82}));
+  EXPECT_EQ(Bf16ToFloatVector(bits), (std::vector<float>{1.0f, -2.0f, 1.0f + 4 * 0x1p-8f}));
+  EXPECT_EQ(RoundToBf16(values[2]), 1.0f + 4 * 0x1p-8f);
 }
 
 TEST(Bf16Test, AccumulateAddsInFloatAndRoundsOnce) {

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine with at least TP GPUs, inside a bundle
+# (tools/device/bundle.sh, with Open MPI): the CUDA backend across
+# tensor-parallel ranks over NCCL.
+#
+#   tools/device/tp_check.sh [TP]
+#
+#  1. Greedy tokens: TP ranks, speculative in every verify mode with overlap
+#     off and on, against one rank's autoregressive output, on several
+#     prompts of the bundled pair.
+#  2. A killed rank: `verdict serve` under mpirun, rank 1 gets SIGKILL once
+#     the server is ready; the job must end, with a message, within seconds.
+# Prints one line per check and exits 1 if any failed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+tp=${1:-2}
+bundle=${BUNDLE:-.bundle}
+source "$bundle/env.sh"
+verdict="$bundle/bin/runtime/verdict"
+session=$(mktemp -d /tmp/verdict_tp.XXXXXX)
+mpirun=(mpirun -np "$tp" --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader
+        --mca btl_vader_single_copy_mechanism none -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH)
+failures=0
+
+ids() {  # the completion's token ids from a `verdict generate` run
+  "$@" --print-token-ids 2>&1 | sed -n 's/^completion_token_ids=//p' | tail -1
+}
+
+prompts=("Once upon a time" "The capital of France is" "def fibonacci(n):"
+         "Speculative decoding verifies several draft tokens")
+for prompt in "${prompts[@]}"; do
+  common=(generate --backend=cuda --temperature=0 --max-tokens=64 "--prompt=$prompt")
+  reference=$(ids "$verdict" "${common[@]}" --speculation=off)
+  for mode in static cap-accept compact; do
+    for overlap in off on; do
+      got=$(TMPDIR=$session ids "${mpirun[@]}" "$verdict" "${common[@]}" --tp="$tp" \
+        --verify-mode="$mode" --overlap="$overlap" --plan-check-interval=1)
+      if [[ -n "$reference" && "$got" == "$reference" ]]; then
+        echo "PASS greedy tp$tp $mode overlap-$overlap: '$prompt' ($(tr ',' '\n' <<<"$got" | wc -l) tokens = tp1 autoregressive)"
+      else
+        echo "FAIL greedy tp$tp $mode overlap-$overlap: '$prompt'"
+        echo "  tp1 autoregressive: $reference"
+        echo "  tp$tp speculative:  $got"
+        failures=$((failures + 1))
+      fi
+    done
+  done
+done
+
+# A killed rank.
+port=18431
+log="${OUT:-/tmp}/tp_check_dead_rank.log"
+TMPDIR=$session "${mpirun[@]}" "$verdict" serve --backend=cuda --tp="$tp" --port=$port \
+  --metrics-port=0 >"$log" 2>&1 &
+job=$!
+for _ in $(seq 1 240); do
+  curl -sf "localhost:$port/ready" >/dev/null 2>&1 && break
+  sleep 0.5
+done
+ranks=$(pgrep -P "$job" -f "runtime/verdict serve" | sort -n)
+victim=$(sed -n 2p <<<"$ranks")
+start=$(date +%s%N)
+kill -9 "$victim"
+timeout 60 tail --pid="$job" -f /dev/null
+elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+if kill -0 "$job" 2>/dev/null; then
+  echo "FAIL dead rank tp$tp: the job still runs 60 s after SIGKILL of rank pid $victim"
+  kill -9 "$job"; failures=$((failures + 1))
+else
+  wait "$job"; code=$?
+  echo "PASS dead rank tp$tp: mpirun exited $code ${elapsed_ms} ms after SIGKILL of pid $victim"
+  grep -iE "exited on signal|abort|error" "$log" | head -3 | sed 's/^/  /'
+fi
+rm -rf "$session"
+echo "tp_check: $failures failures"
+((failures == 0))
