@@ -37,21 +37,32 @@ struct Pair {
   std::unique_ptr<ModelRunner> cuda;
 };
 
-Pair MakePair(const ModelConfig& config, const std::string& dir, int speculative_slots) {
-  Pair p;
+std::unique_ptr<ModelRunner> MakeCudaModel(const ModelConfig& config, const WeightSource& weights,
+                                           const KvCache* kv, bool cuda_graphs = true) {
+  CudaModelOptions options;
+  options.cuda_graphs = cuda_graphs;
+  auto model = CreateCudaLlamaModel(config, weights, kv, nullptr, options);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+std::unique_ptr<KvCache> MakeKvCache(const ModelConfig& config, int speculative_slots) {
   auto kv = KvCache::Create(MakeKvCacheConfig(config, 1, /*num_blocks=*/256, /*max_requests=*/8,
                                               speculative_slots));
   EXPECT_TRUE(kv.ok()) << kv.status();
-  p.kv = std::make_unique<KvCache>(*std::move(kv));
+  return kv.ok() ? std::make_unique<KvCache>(*std::move(kv)) : nullptr;
+}
+
+Pair MakePair(const ModelConfig& config, const std::string& dir, int speculative_slots) {
+  Pair p;
+  p.kv = MakeKvCache(config, speculative_slots);
   auto weights = OpenCheckpointWeights(dir);
   EXPECT_TRUE(weights.ok()) << weights.status();
   p.weights = *std::move(weights);
   auto cpu = CreateCpuLlamaModel(config, *p.weights, p.kv.get(), nullptr);
   EXPECT_TRUE(cpu.ok()) << cpu.status();
   p.cpu = *std::move(cpu);
-  auto cuda = CreateCudaLlamaModel(config, *p.weights, p.kv.get(), nullptr);
-  EXPECT_TRUE(cuda.ok()) << cuda.status();
-  p.cuda = *std::move(cuda);
+  p.cuda = MakeCudaModel(config, *p.weights, p.kv.get());
   return p;
 }
 
@@ -205,14 +216,10 @@ TEST(CudaLlamaModelTest, GraphReplayEqualsEagerLaunches) {
   std::vector<std::unique_ptr<KvCache>> caches;
   std::vector<std::unique_ptr<ModelRunner>> models;
   for (bool graphs : {true, false}) {
-    auto kv = KvCache::Create(MakeKvCacheConfig(*config, 1, 256, 8, 6));
-    ASSERT_TRUE(kv.ok());
-    caches.push_back(std::make_unique<KvCache>(*std::move(kv)));
-    CudaModelOptions options;
-    options.cuda_graphs = graphs;
-    auto model = CreateCudaLlamaModel(*config, **weights, caches.back().get(), nullptr, options);
-    ASSERT_TRUE(model.ok()) << model.status();
-    models.push_back(*std::move(model));
+    caches.push_back(MakeKvCache(*config, 6));
+    ASSERT_NE(caches.back(), nullptr);
+    models.push_back(MakeCudaModel(*config, **weights, caches.back().get(), graphs));
+    ASSERT_NE(models.back(), nullptr);
   }
   const int vocab = config->vocab_size;
   std::mt19937 rng(21);

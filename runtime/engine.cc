@@ -665,17 +665,21 @@ absl::Status Engine::PlanStep(const std::vector<Request*>& batch,
   return absl::OkStatus();
 }
 
-absl::Status Engine::Step() {
-  std::vector<Request*> batch = RunningBatch();
-  const int b = static_cast<int>(batch.size());
-  const int g = gamma_;
+int64_t Engine::BeginStep() {
   {
     // Only this thread writes stats_; stats() copies it from other threads
     // under mu_, so every write holds mu_ (reads here need not).
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.steps;
   }
-  const int64_t collective_start = collective_timer_->nanoseconds();  // metrics
+  return collective_timer_->nanoseconds();
+}
+
+absl::Status Engine::Step() {
+  std::vector<Request*> batch = RunningBatch();
+  const int b = static_cast<int>(batch.size());
+  const int g = gamma_;
+  const int64_t collective_start = BeginStep();
 
   // 1. Drafts, their distributions and confidence signals.
   StepJob job = NewJob(batch);
@@ -706,11 +710,7 @@ absl::Status Engine::StepOverlapped() {
     std::vector<Request*> batch = RunningBatch();
     const int b = static_cast<int>(batch.size());
     const int g = gamma_;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++stats_.steps;
-    }
-    const int64_t collective_start = collective_timer_->nanoseconds();  // metrics
+    const int64_t collective_start = BeginStep();
     // This step's drafts do not exist yet (the executor proposes them when
     // it runs the step), so each request is planned from its latest drafts
     // whose results have reached the CPU: one or two steps old. A request

@@ -250,6 +250,9 @@ class Engine : public GenerationService {
     int draft_kv = -1;
   };
   std::vector<Request*> RunningBatch();
+  // Counts a decode step; returns the collective clock at its start, from
+  // which the step's collective time is measured (metrics).
+  int64_t BeginStep();
   Request* FindRunning(int64_t order);
   ExecutorRequest ToExecutorRequest(const Request& request) const;
   // The job of a new step over `batch` (the releases since the last one).

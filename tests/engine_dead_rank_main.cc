@@ -27,8 +27,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "comm/communicator.h"
-#include "comm/create_communicator.h"
-#include "comm/mpi_session.h"
+#include "comm/testing/mpi_world.h"
 #include "runtime/engine.h"
 #include "runtime/engine_test_util.h"
 
@@ -44,18 +43,14 @@ constexpr int kRequests = 8;
 constexpr int kMaxTokens = 400;  // far more than the run lasts
 
 int Run() {
-  absl::StatusOr<std::shared_ptr<MpiSession>> session = MpiSession::Acquire();
-  if (!session.ok()) {
-    std::fprintf(stderr, "%s\n", session.status().ToString().c_str());
+  absl::StatusOr<MpiWorld> mpi = JoinMpiWorld();
+  if (!mpi.ok()) {
+    std::fprintf(stderr, "%s\n", mpi.status().ToString().c_str());
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateCommunicator(Backend::kMpi);
-  if (!comm.ok()) {
-    std::fprintf(stderr, "%s\n", comm.status().ToString().c_str());
-    return 2;
-  }
-  const int rank = (*comm)->rank();
-  const int world = (*comm)->world_size();
+  std::unique_ptr<Communicator>& comm = mpi->comm;
+  const int rank = comm->rank();
+  const int world = comm->world_size();
   const int kill_rank = absl::GetFlag(FLAGS_kill_rank);
   const int kill_after = absl::GetFlag(FLAGS_kill_after_steps);
   if (world < 2 || kill_rank < 1 || kill_rank >= world) {
@@ -70,7 +65,7 @@ int Run() {
   options.cpu_threads =
       std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world);
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(
-      options, ModelSource{"models/target"}, ModelSource{"models/draft"}, comm->get());
+      options, ModelSource{"models/target"}, ModelSource{"models/draft"}, comm.get());
   if (!engine.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, engine.status().ToString().c_str());
     return 2;

@@ -16,8 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/communicator.h"
-#include "comm/create_communicator.h"
-#include "comm/mpi_session.h"
+#include "comm/testing/mpi_world.h"
 #include "runtime/engine.h"
 #include "runtime/profile_command.h"
 #include "scheduler/cost_table.h"
@@ -27,18 +26,14 @@ namespace verdict {
 namespace {
 
 int Run() {
-  absl::StatusOr<std::shared_ptr<MpiSession>> session = MpiSession::Acquire();
-  if (!session.ok()) {
-    std::fprintf(stderr, "%s\n", session.status().ToString().c_str());
+  absl::StatusOr<MpiWorld> mpi = JoinMpiWorld();
+  if (!mpi.ok()) {
+    std::fprintf(stderr, "%s\n", mpi.status().ToString().c_str());
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateCommunicator(Backend::kMpi);
-  if (!comm.ok()) {
-    std::fprintf(stderr, "%s\n", comm.status().ToString().c_str());
-    return 2;
-  }
-  const int rank = (*comm)->rank();
-  const int world = (*comm)->world_size();
+  std::unique_ptr<Communicator>& comm = mpi->comm;
+  const int rank = comm->rank();
+  const int world = comm->world_size();
 
   EngineOptions options;
   options.verify_mode = VerifyMode::kCompact;
@@ -47,7 +42,7 @@ int Run() {
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   options.cpu_threads = std::max(1, cores / world);
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(
-      options, ModelSource{"models/target"}, ModelSource{"models/draft"}, comm->get());
+      options, ModelSource{"models/target"}, ModelSource{"models/draft"}, comm.get());
   if (!engine.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, engine.status().ToString().c_str());
     return 2;
@@ -78,7 +73,7 @@ int Run() {
   }
   const int64_t mine[2] = {static_cast<int64_t>(digest.digest()), pinned};
   std::vector<int64_t> all(2 * world);
-  if (absl::Status s = (*comm)->AllGather(mine, all.data(), 2, DataType::kInt64); !s.ok()) {
+  if (absl::Status s = comm->AllGather(mine, all.data(), 2, DataType::kInt64); !s.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, s.ToString().c_str());
     return 2;
   }

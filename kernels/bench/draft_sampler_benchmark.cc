@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "kernels/bench/bench_util.h"
 #include "kernels/cuda_check.h"
 #include "kernels/draft_sampler.h"
 #include "nlohmann/json.hpp"
@@ -37,26 +38,6 @@ ABSL_FLAG(int, repeats, 7, "timed batches per size (the median is reported)");
 namespace verdict {
 namespace {
 
-#define BENCH_CHECK(expr)                                                          \
-  do {                                                                             \
-    const absl::Status bench_status = (expr);                                      \
-    if (!bench_status.ok()) {                                                      \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__,                      \
-                   std::string(bench_status.message()).c_str());                   \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
-
-#define BENCH_CUDA(expr) BENCH_CHECK(::verdict::CudaStatus((expr), #expr))
-
-std::vector<int> ParseList(const std::string& text) {
-  std::vector<int> out;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    int v = 0;
-    if (absl::SimpleAtoi(part, &v) && v > 0) out.push_back(v);
-  }
-  return out;
-}
 
 struct Setting {
   const char* name;
@@ -113,8 +94,8 @@ double TimeLaunches(const DraftSampleInputs& in, DraftSampleOutputs out, void* w
 }
 
 void Run() {
-  const std::vector<int> vocabs = ParseList(absl::GetFlag(FLAGS_vocab_sizes));
-  const std::vector<int> row_counts = ParseList(absl::GetFlag(FLAGS_rows));
+  const std::vector<int> vocabs = ParseSizeList(absl::GetFlag(FLAGS_vocab_sizes), 1);
+  const std::vector<int> row_counts = ParseSizeList(absl::GetFlag(FLAGS_rows), 1);
   if (vocabs.empty() || row_counts.empty()) BENCH_CHECK(absl::InvalidArgumentError("empty sizes"));
   const int max_rows = *std::max_element(row_counts.begin(), row_counts.end());
   cudaStream_t stream;

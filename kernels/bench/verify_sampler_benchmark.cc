@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "kernels/bench/bench_util.h"
 #include "kernels/bench/verify_bench_inputs.h"
 #include "kernels/cuda_check.h"
 #include "kernels/verify_sampler.h"
@@ -47,26 +48,6 @@ ABSL_FLAG(int, repeats, 9, "timed batches per size (the median is reported)");
 namespace verdict {
 namespace {
 
-#define BENCH_CHECK(expr)                                                          \
-  do {                                                                             \
-    const absl::Status bench_status = (expr);                                      \
-    if (!bench_status.ok()) {                                                      \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__,                      \
-                   std::string(bench_status.message()).c_str());                   \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
-
-#define BENCH_CUDA(expr) BENCH_CHECK(::verdict::CudaStatus((expr), #expr))
-
-std::vector<int> ParseList(const std::string& text) {
-  std::vector<int> out;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    int v = 0;
-    if (absl::SimpleAtoi(part, &v)) out.push_back(v);
-  }
-  return out;
-}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -272,8 +253,8 @@ int Main() {
   std::printf("%7s %5s %6s %9s %9s %9s %8s %7s\n", "vocab", "reqs", "rows", "rejected",
               "us", "us_graph", "GB/s", "%copy");
   nlohmann::json results = nlohmann::json::array();
-  for (const int vocab : ParseList(absl::GetFlag(FLAGS_vocab_sizes))) {
-    for (const int requests : ParseList(absl::GetFlag(FLAGS_requests))) {
+  for (const int vocab : ParseSizeList(absl::GetFlag(FLAGS_vocab_sizes), 1)) {
+    for (const int requests : ParseSizeList(absl::GetFlag(FLAGS_requests), 0)) {
       const Result r = RunCase(vocab, requests, absl::GetFlag(FLAGS_nextn), stream, copy_gbps);
       const double best = r.us_graph > 0 ? std::min(r.us_graph, r.us_stream) : r.us_stream;
       const double gbps = r.bytes_min / (best * 1e-6) / 1e9;
