@@ -3,14 +3,15 @@
 
 For each prompt, `verdict generate` runs at temperature 0 on the CPU backend
 and on the CUDA backend, autoregressive and speculative in every verify
-mode; transformers decodes the same prompt token ids greedily with the same
-weights, in float32 (the CPU backend's precision) and in bfloat16 (the CUDA
+mode with overlap scheduling off and on; transformers decodes the same
+prompt token ids greedily with the same weights, in float32 (the CPU backend's precision) and in bfloat16 (the CUDA
 backend's). Checks, per prompt:
   - CPU backend == transformers float32, token for token;
   - CUDA backend == transformers bfloat16 up to the first step where the
     two top logits of transformers are closer than bf16 rounding can
     separate (reported, not failed: either choice is a correct argmax);
-  - on each backend, speculative output == autoregressive output.
+  - on each backend, speculative output == autoregressive output, in every
+    mode, with overlap off and on.
 Writes a JSON report and exits 1 on any failed check.
 
   python3 tools/device/hf_greedy_check.py --verdict .bundle/bin/runtime/verdict
@@ -34,9 +35,10 @@ PROMPTS = [
 ]
 
 
-def run_verdict(binary, prompt, max_tokens, backend, speculation, mode="static"):
+def run_verdict(binary, prompt, max_tokens, backend, speculation, mode="static", overlap="off"):
     cmd = [binary, "generate", f"--backend={backend}", f"--speculation={speculation}",
-           f"--verify-mode={mode}", "--temperature=0", f"--max-tokens={max_tokens}",
+           f"--verify-mode={mode}", f"--overlap={overlap}", "--temperature=0",
+           f"--max-tokens={max_tokens}",
            "--print-token-ids", f"--prompt={prompt}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
@@ -123,13 +125,17 @@ def main():
                                 f"at token {d} (transformers' top-2 gap {gap})")
         for backend, reference in (("cpu", cpu_ar), ("cuda", cuda_ar)):
             for mode in ("static", "cap-accept", "compact"):
-                _, spec, stats = run_verdict(args.verdict, prompt, args.max_tokens, backend, "on",
-                                             mode)
-                entry[f"{backend}_speculative_{mode}"] = spec
-                entry[f"{backend}_speculative_{mode}_stats"] = stats
-                if spec != reference:
-                    failures.append(f"{prompt!r}: {backend} speculative ({mode}) differs from "
-                                    f"autoregressive at token {first_difference(spec, reference)}")
+                for overlap in ("off", "on"):
+                    _, spec, stats = run_verdict(args.verdict, prompt, args.max_tokens, backend,
+                                                 "on", mode, overlap)
+                    name = f"{backend}_speculative_{mode}_overlap_{overlap}"
+                    entry[name] = spec
+                    entry[name + "_stats"] = stats
+                    if spec != reference:
+                        failures.append(
+                            f"{prompt!r}: {backend} speculative ({mode}, overlap {overlap}) "
+                            f"differs from autoregressive at token "
+                            f"{first_difference(spec, reference)}")
         report.append(entry)
         print(f"{prompt!r}: cpu==hf32 {entry['cpu_vs_hf_float32_first_difference'] is None}, "
               f"cuda==hf16 {entry['cuda_vs_hf_bfloat16_first_difference'] is None}, "

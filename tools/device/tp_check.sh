@@ -28,6 +28,7 @@ ids() {  # the completion's token ids from a `verdict generate` run
 
 prompts=("Once upon a time" "The capital of France is" "def fibonacci(n):"
          "Speculative decoding verifies several draft tokens")
+prompts=("${prompts[@]:0:${PROMPTS:-${#prompts[@]}}}")  # PROMPTS=N: the first N
 for prompt in "${prompts[@]}"; do
   common=(generate --backend=cuda --temperature=0 --max-tokens=64 "--prompt=$prompt")
   reference=$(ids "$verdict" "${common[@]}" --speculation=off)
