@@ -646,6 +646,10 @@ absl::Status Engine::PlanStep(const std::vector<Request*>& batch,
     if (absl::Status s = CheckPlanAcrossRanks(plan_); !s.ok()) return s;
   }
   std::vector<int32_t> verify_lens = plan_.verify_lens;
+  // Rank 0's lengths go out on the host communicator even on the CUDA
+  // backend: under overlap this thread plans step N+1 while the executor's
+  // stream runs step N's NCCL collectives, and one NCCL communicator used
+  // from two threads could order its collectives differently on each rank.
   if (comm_->world_size() > 1) {
     if (absl::Status s = comm_->Broadcast(verify_lens.data(), b, DataType::kInt32, 0); !s.ok()) {
       return s;
