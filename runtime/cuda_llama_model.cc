@@ -212,6 +212,10 @@ template <typename Key>
 absl::Status CudaLlamaModel::EnqueueMaybeGraph(const Key& key, bool graphable,
                                                const std::function<absl::Status()>& enqueue) {
   if (!graphable || !cuda_graphs_) return enqueue();
+  // Shapes come and go with batch sizes and context buckets; a bounded cache
+  // starts over rather than keeping every graph a long run has seen.
+  constexpr size_t kMaxGraphs = 512;
+  if (graphs_.size() >= kMaxGraphs && graphs_.find(key) == graphs_.end()) DropGraphs();
   GraphEntry& entry = graphs_[key];
   if (entry.exec != nullptr) {
     VERDICT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(entry.exec, stream_));
@@ -456,6 +460,15 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   const size_t o_ids = 0, o_pos = o_ids + t, o_qstart = o_pos + t, o_kvlen = o_qstart + b + 1,
                o_tables = o_kvlen + b, o_rings = o_tables + static_cast<size_t>(b) * max_table,
                total = o_rings + b;
+  // A captured graph holds the step buffers' addresses: once any of them
+  // moves (even if a later reservation fails), every graph goes.
+  struct DropGraphsIfMoved {
+    CudaLlamaModel* model;
+    const int& moved;
+    ~DropGraphsIfMoved() {
+      if (moved > 0) model->DropGraphs();
+    }
+  } drop_graphs_if_moved{this, moved};
   if (absl::Status s = host_meta_.Reserve(total * sizeof(int32_t), &moved); !s.ok()) return s;
   if (absl::Status s = meta_.Reserve(total * sizeof(int32_t), &moved); !s.ok()) return s;
   int32_t* h = host_meta_.as<int32_t>();
@@ -515,7 +528,12 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
         reserve(o_out_, T * sh.hidden, 2), reserve(gate_up_, T * 2 * sh.inter, 2),
         reserve(act_, T * sh.inter, 2), reserve(mlp_out_, T * sh.hidden, 2),
         reserve(selected_, static_cast<size_t>(out_rows) * sh.hidden, 2),
-        reserve(local_logits_, local_elems, 4)}) {
+        reserve(local_logits_, local_elems, 4),
+        // Grown here, before the step's collectives are queued: cudaFree
+        // waits for the whole device, without the NCCL timeout.
+        reserve(gathered_, tp_.size > 1 ? local_elems * tp_.size : 0, 4),
+        reserve(full_logits_,
+                tp_.size > 1 ? static_cast<size_t>(out_rows) * config_.vocab_size : 0, 4)}) {
     if (!s.ok()) return s;
   }
   AttentionConfig attn_full;
@@ -530,7 +548,10 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
                                                                              attn_full));
   }
   if (absl::Status s = attn_workspace_.Reserve(workspace, &moved); !s.ok()) return s;
-  if (moved > 0) DropGraphs();
+  if (moved > 0) {
+    DropGraphs();
+    moved = 0;
+  }
 
   float* residual = residual_.as<float>();
   uint16_t* normed = normed_.as<uint16_t>();
@@ -648,8 +669,13 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
                                      enqueue);
   if (!s.ok()) return s;
   if (out_rows == 0) {
+    // The timed wait first: a dead peer's collective never completes, and
+    // only the communicator's wait turns that into an error.
+    if (tp_.size > 1) {
+      if (s = comm_->Synchronize(stream_); !s.ok()) return s;
+    }
     VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return comm_ != nullptr && tp_.size > 1 ? comm_->Synchronize(stream_) : absl::OkStatus();
+    return absl::OkStatus();
   }
 
   // Rows of [vocab] floats on the device: this rank's slice is the whole
@@ -658,8 +684,6 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   const int vocab = config_.vocab_size;
   const float* rows_on_device = local_logits_.as<float>();
   if (tp_.size > 1) {
-    if (s = reserve(gathered_, local_elems * tp_.size, 4); !s.ok()) return s;
-    if (s = reserve(full_logits_, static_cast<size_t>(out_rows) * vocab, 4); !s.ok()) return s;
     s = comm_->AllGather(local_logits_.as<float>(), gathered_.as<float>(), local_elems,
                          DataType::kFloat32, stream_);
     if (!s.ok()) return s;
