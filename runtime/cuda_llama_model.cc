@@ -742,6 +742,13 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaLlamaModel(const ModelCon
                      " kv heads, head_dim ", kv.head_dim, ") does not match the model at tp ",
                      tp.size));
   }
+  int devices = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the CUDA backend needs a GPU, and none is usable here (",
+        e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device",
+        "); --backend cpu runs without one"));
+  }
   int device = options.device;
   if (device < 0) VERDICT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   auto model = std::make_unique<CudaLlamaModel>(config, kv_cache, device_comm, tp, device);
