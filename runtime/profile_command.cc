@@ -373,6 +373,21 @@ absl::StatusOr<ProfileResult> RunProfile(Engine& engine, const ProfileOptions& o
     }
     prompts.push_back(*std::move(ids));
   }
+  // Admission reserves each request's whole context up front, so the largest
+  // batch must fit in the KV cache at once: refuse the grid before measuring
+  // anything rather than fail at its last cells.
+  size_t longest_prompt = 0;
+  for (const std::vector<int32_t>& p : prompts) longest_prompt = std::max(longest_prompt, p.size());
+  const int largest_batch = *std::max_element(options.batch_sizes.begin(), options.batch_sizes.end());
+  const int64_t positions = static_cast<int64_t>(largest_batch) *
+                            (static_cast<int64_t>(longest_prompt) + max_tokens + gamma + 1);
+  if (positions > engine.options().kv_cache_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch size ", largest_batch, " needs at least ", positions,
+        " KV cache positions per model (", max_tokens, " tokens per request); raise "
+        "--kv-cache-tokens above ", engine.options().kv_cache_tokens,
+        " or lower the largest --profile-batch-sizes"));
+  }
 
   ProfileResult result;
   StepRecorder recorder;

@@ -4,6 +4,7 @@
 #include "runtime/profile_command.h"
 
 #include <cmath>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,9 +23,9 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 std::unique_ptr<Engine> MakeEngine(Communicator* comm, EngineOptions options,
-                                   bool dummy_weights = false) {
+                                   bool dummy_weights = false, int64_t kv_cache_tokens = 8192) {
   options.cpu_threads = 2;
-  options.kv_cache_tokens = 8192;
+  options.kv_cache_tokens = kv_cache_tokens;
   absl::StatusOr<std::unique_ptr<Engine>> engine =
       Engine::Create(options, ModelSource{"models/target", dummy_weights, 1},
                      ModelSource{"models/draft", dummy_weights, 2}, comm);
@@ -143,6 +144,24 @@ TEST(ProfileTest, RefusesEnginesThatCannotRunThePinnedRows) {
   std::unique_ptr<Engine> engine = MakeEngine(&comm, EngineOptions());
   ASSERT_NE(engine, nullptr);
   EXPECT_THAT(std::string(engine->PinVerifyBudget(0.5).message()), HasSubstr("static"));
+}
+
+TEST(ProfileTest, RefusesAGridTheKvCacheCannotHold) {
+  // 512 positions hold a few profile requests, not 64 at once.
+  LocalCommunicator comm;
+  std::unique_ptr<Engine> engine = MakeEngine(&comm, CompactOptions(), false, 512);
+  ASSERT_NE(engine, nullptr);
+  ProfileOptions options;
+  options.batch_sizes = {1, 64};
+  options.budget_fractions = {0.0};
+  options.repeats = 1;
+  options.progress = false;
+  options.output_path = ::testing::TempDir() + "/never_written.json";
+  absl::StatusOr<ProfileResult> result = RunProfile(*engine, options);
+  ASSERT_FALSE(result.ok());
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("batch size 64 needs"));
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("--kv-cache-tokens"));
+  EXPECT_FALSE(std::ifstream(options.output_path).good());
 }
 
 TEST(CostTableFromCellsTest, EachBatchKeepsItsOwnCurveOnTheSharedGrid) {
