@@ -347,6 +347,26 @@ TEST(EngineSimulatedAcceptanceTest, RefusedWithRealWeightsOrOutsideZeroOne) {
                   .ok());
 }
 
+TEST(EngineBuiltinShapeTest, RefusedWithoutDummyWeightsOrWithAnUnknownName) {
+  LocalCommunicator comm;
+  EngineOptions options;
+  options.kv_cache_tokens = 8192;
+  ModelSource shape{"builtin:llama-3.2-1b"};
+  shape.tokenizer_dir = "models/target";
+  absl::StatusOr<std::unique_ptr<Engine>> no_weights =
+      Engine::Create(options, shape, std::nullopt, &comm);
+  EXPECT_EQ(no_weights.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(no_weights.status().message()),
+              ::testing::HasSubstr("builtin:llama-3.2-1b is a shape without weights"));
+  ModelSource unknown{"builtin:llama-99b", true, 1};
+  unknown.tokenizer_dir = "models/target";
+  absl::StatusOr<std::unique_ptr<Engine>> missing =
+      Engine::Create(options, unknown, std::nullopt, &comm);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  // The error lists the shapes there are.
+  EXPECT_THAT(std::string(missing.status().message()), ::testing::HasSubstr("llama-3.1-8b"));
+}
+
 // Seed 000: speculative sampling is lossless. On a tiny random pair whose
 // draft disagrees with the target, the first three sampled tokens follow
 // the same distribution with and without speculation: a two-sample
