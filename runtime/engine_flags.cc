@@ -53,6 +53,21 @@ ABSL_FLAG(double, simulate_acceptance, -1,
           "off; negative: off");
 
 namespace verdict {
+namespace {
+
+// A flag with two spellings: true for `first`, false for `second`, an error
+// naming the flag for anything else.
+absl::StatusOr<bool> IsFirstChoice(const char* name, const absl::Flag<std::string>& flag,
+                                   absl::string_view first, absl::string_view second) {
+  const std::string value = absl::GetFlag(flag);
+  if (value != first && value != second) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " must be ", first, " or ",
+                                                   second, ", got '", value, "'"));
+  }
+  return value == first;
+}
+
+}  // namespace
 
 std::string ResolveModelDir(const std::string& dir) {
   if (dir.empty() || std::filesystem::exists(dir)) return dir;
@@ -92,18 +107,12 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
   absl::StatusOr<VerifyMode> mode = ParseVerifyMode(absl::GetFlag(FLAGS_verify_mode));
   if (!mode.ok()) return mode.status();
   options.verify_mode = *mode;
-  const std::string speculation = absl::GetFlag(FLAGS_speculation);
-  if (speculation != "on" && speculation != "off") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--speculation must be on or off, got '", speculation, "'"));
-  }
-  options.speculation = speculation == "on";
-  const std::string overlap = absl::GetFlag(FLAGS_overlap);
-  if (overlap != "on" && overlap != "off") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--overlap must be on or off, got '", overlap, "'"));
-  }
-  options.overlap = overlap == "on";
+  absl::StatusOr<bool> speculation = IsFirstChoice("speculation", FLAGS_speculation, "on", "off");
+  if (!speculation.ok()) return speculation.status();
+  options.speculation = *speculation;
+  absl::StatusOr<bool> overlap = IsFirstChoice("overlap", FLAGS_overlap, "on", "off");
+  if (!overlap.ok()) return overlap.status();
+  options.overlap = *overlap;
   options.max_running_requests = absl::GetFlag(FLAGS_max_running_requests);
   options.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
   options.max_model_len = absl::GetFlag(FLAGS_max_model_len);
@@ -113,35 +122,28 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
   options.plan_check_interval = absl::GetFlag(FLAGS_plan_check_interval);
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   options.simulate_acceptance = absl::GetFlag(FLAGS_simulate_acceptance);
-  const std::string backend = absl::GetFlag(FLAGS_backend);
-  if (backend != "cpu" && backend != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend must be cpu or cuda, got '", backend, "'"));
-  }
-  options.backend = backend == "cuda" ? ModelBackend::kCuda : ModelBackend::kCpu;
+  absl::StatusOr<bool> cpu = IsFirstChoice("backend", FLAGS_backend, "cpu", "cuda");
+  if (!cpu.ok()) return cpu.status();
+  options.backend = *cpu ? ModelBackend::kCpu : ModelBackend::kCuda;
   options.comm_timeout = comm_options.timeout;
-  const std::string graphs = absl::GetFlag(FLAGS_cuda_graphs);
-  if (graphs != "on" && graphs != "off") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--cuda-graphs must be on or off, got '", graphs, "'"));
-  }
-  options.cuda_graphs = graphs == "on";
+  absl::StatusOr<bool> graphs = IsFirstChoice("cuda-graphs", FLAGS_cuda_graphs, "on", "off");
+  if (!graphs.ok()) return graphs.status();
+  options.cuda_graphs = *graphs;
 
-  const std::string load_format = absl::GetFlag(FLAGS_load_format);
-  if (load_format != "auto" && load_format != "dummy") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--load-format must be auto or dummy, got '", load_format, "'"));
-  }
+  absl::StatusOr<bool> real_weights =
+      IsFirstChoice("load-format", FLAGS_load_format, "auto", "dummy");
+  if (!real_weights.ok()) return real_weights.status();
+  const bool dummy = !*real_weights;
   std::string model = absl::GetFlag(FLAGS_model);
   std::string draft = absl::GetFlag(FLAGS_draft);
   if (model.empty() && draft.empty()) draft = "models/draft";
-  ModelSource target{TargetModelDirFromFlags(), load_format == "dummy", 1};
+  ModelSource target{TargetModelDirFromFlags(), dummy, 1};
   target.tokenizer_dir = ResolveModelDir(absl::GetFlag(FLAGS_tokenizer));
   if (target.tokenizer_dir.empty() && absl::StartsWith(target.dir, "builtin:")) {
     target.tokenizer_dir = ResolveModelDir("models/target");
   }
   std::optional<ModelSource> draft_source;
-  if (!draft.empty()) draft_source = ModelSource{ResolveModelDir(draft), load_format == "dummy", 2};
+  if (!draft.empty()) draft_source = ModelSource{ResolveModelDir(draft), dummy, 2};
   if (adjust_options) {
     if (absl::Status s = adjust_options(&options); !s.ok()) return s;
   }
