@@ -122,32 +122,47 @@ int32_t SampleFrom(const std::vector<double>& p, std::mt19937_64& gen) {
 
 // Tokens A, B, C, D: p = [0.6, 0.3, 0.1, 0], q = [0.4, 0.4, 0.1, 0.1]; the
 // draft is A. Accept rate q/p = 2/3; the residual is [0, 0.5, 0, 0.5].
-TEST(VerifySamplerTest, SeedWorkedExampleResidual) {
-  const std::vector<double> p = {0.6, 0.3, 0.1, 0.0};
-  const std::vector<double> q = {0.4, 0.4, 0.1, 0.1};
-  const int64_t n = 40000;
-  HostVerifyStep step(4, SamplerConfig{.nextn = 1});
+// n requests with one draft each (seeds 0 .. n-1): target q on both rows,
+// `draft` proposed from the draft distribution p. How many rows rejected
+// their draft, and how often each token was emitted in its place.
+struct Rejections {
+  int64_t count = 0;
+  std::vector<int64_t> emitted;
+};
+
+Rejections RunOneDraftTrials(const SamplerConfig& config, const std::vector<double>& q,
+                             const std::vector<float>& p, int32_t draft, int64_t n) {
+  const int32_t v = static_cast<int32_t>(q.size());
+  HostVerifyStep step(v, config);
   for (int64_t t = 0; t < n; ++t) {
     VerifyRequest r;
     r.logits = {LogitsOf(q), LogitsOf(q)};
-    r.draft_token_ids = {0};
-    r.draft_probs = {ToFloat(p)};
+    r.draft_token_ids = {draft};
+    r.draft_probs = {p};
     r.seed = static_cast<uint64_t>(t);
     step.Add(r);
   }
   const HostVerifyOutputs out = RunCpu(step);
-  int64_t rejects = 0;
-  std::vector<int64_t> residual(4, 0);
+  Rejections rejections;
+  rejections.emitted.assign(v, 0);
   for (int64_t t = 0; t < n; ++t) {
     if (out.last_valid_offset[t] == 0) {
-      ++rejects;
-      ++residual[out.sampled_token_ids[t]];
+      ++rejections.count;
+      ++rejections.emitted[out.sampled_token_ids[t]];
     }
   }
+  return rejections;
+}
+
+TEST(VerifySamplerTest, SeedWorkedExampleResidual) {
+  const std::vector<double> p = {0.6, 0.3, 0.1, 0.0};
+  const std::vector<double> q = {0.4, 0.4, 0.1, 0.1};
+  const int64_t n = 40000;
+  const Rejections rejected = RunOneDraftTrials(SamplerConfig{.nextn = 1}, q, ToFloat(p), 0, n);
   // Reject probability 1/3.
   const double sigma = std::sqrt(n * (1.0 / 3) * (2.0 / 3));
-  EXPECT_NEAR(static_cast<double>(rejects), n / 3.0, 4.5 * sigma);
-  ExpectFollows(residual, {0.0, 0.5, 0.0, 0.5}, rejects, "residual");
+  EXPECT_NEAR(static_cast<double>(rejected.count), n / 3.0, 4.5 * sigma);
+  ExpectFollows(rejected.emitted, {0.0, 0.5, 0.0, 0.5}, rejected.count, "residual");
 }
 
 TEST(VerifySamplerTest, PenaltyIsConfigurable) {
@@ -156,25 +171,9 @@ TEST(VerifySamplerTest, PenaltyIsConfigurable) {
   const std::vector<double> p = {0.6, 0.3, 0.1, 0.0};
   const std::vector<double> q = {0.4, 0.4, 0.1, 0.1};
   const int64_t n = 30000;
-  HostVerifyStep step(4, SamplerConfig{.penalty = static_cast<float>(std::log(2.0)), .nextn = 1});
-  for (int64_t t = 0; t < n; ++t) {
-    VerifyRequest r;
-    r.logits = {LogitsOf(q), LogitsOf(q)};
-    r.draft_token_ids = {0};
-    r.draft_probs = {ToFloat(p)};
-    r.seed = static_cast<uint64_t>(t);
-    step.Add(r);
-  }
-  const HostVerifyOutputs out = RunCpu(step);
-  std::vector<int64_t> residual(4, 0);
-  int64_t rejects = 0;
-  for (int64_t t = 0; t < n; ++t) {
-    if (out.last_valid_offset[t] == 0) {
-      ++rejects;
-      ++residual[out.sampled_token_ids[t]];
-    }
-  }
-  ExpectFollows(residual, {0.2, 0.5, 0.1, 0.2}, rejects, "residual at alpha 1/2");
+  const Rejections rejected = RunOneDraftTrials(
+      SamplerConfig{.penalty = static_cast<float>(std::log(2.0)), .nextn = 1}, q, ToFloat(p), 0, n);
+  ExpectFollows(rejected.emitted, {0.2, 0.5, 0.1, 0.2}, rejected.count, "residual at alpha 1/2");
 }
 
 TEST(VerifySamplerTest, SeedWorkedExampleUniformPointEightRejects) {
@@ -385,26 +384,9 @@ TEST(VerifySamplerTest, EmptyResidualFallsBackToTheTarget) {
   std::vector<float> p;
   for (const double x : q) p.push_back(static_cast<float>(2 * x));
   const int64_t n = 20000;
-  HostVerifyStep step(4, SamplerConfig{.nextn = 1});
-  for (int64_t t = 0; t < n; ++t) {
-    VerifyRequest r;
-    r.logits = {LogitsOf(q), LogitsOf(q)};
-    r.draft_token_ids = {2};
-    r.draft_probs = {p};
-    r.seed = static_cast<uint64_t>(t);
-    step.Add(r);
-  }
-  const HostVerifyOutputs out = RunCpu(step);
-  std::vector<int64_t> counts(4, 0);
-  int64_t rejects = 0;
-  for (int64_t t = 0; t < n; ++t) {
-    if (out.last_valid_offset[t] == 0) {
-      ++rejects;
-      ++counts[out.sampled_token_ids[t]];
-    }
-  }
-  EXPECT_NEAR(static_cast<double>(rejects), n / 2.0, 4.5 * std::sqrt(n / 4.0));
-  ExpectFollows(counts, q, rejects, "fallback");
+  const Rejections rejected = RunOneDraftTrials(SamplerConfig{.nextn = 1}, q, p, 2, n);
+  EXPECT_NEAR(static_cast<double>(rejected.count), n / 2.0, 4.5 * std::sqrt(n / 4.0));
+  ExpectFollows(rejected.emitted, q, rejected.count, "fallback");
 }
 
 TEST(VerifySamplerTest, ResidualBelowTwoToMinus31StillSamples) {
