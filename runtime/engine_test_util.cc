@@ -2,32 +2,14 @@
 
 namespace verdict {
 
-EngineHarness::EngineHarness(Engine* engine) : engine_(engine) {
-  loop_ = std::thread([this] {
-    absl::Status s = engine_->Run();
-    std::lock_guard<std::mutex> lock(mu_);
-    run_status_ = s;
-    stopped_ = true;
-    cv_.notify_all();
-  });
-}
-
-EngineHarness::~EngineHarness() { Stop(); }
-
-void EngineHarness::Stop() {
-  if (!loop_.joinable()) return;
-  if (engine_->rank() == 0) engine_->Shutdown();
-  loop_.join();
-}
-
-absl::Status EngineHarness::Submit(GenerationRequest request) {
+absl::Status OutputCollector::Submit(Engine& engine, GenerationRequest request) {
   const std::string id = request.id;
   {
     std::lock_guard<std::mutex> lock(mu_);
     outputs_[id] = CollectedOutput();
     ++pending_;
   }
-  absl::Status s = engine_->Submit(std::move(request), [this, id](const GenerationEvent& e) {
+  absl::Status s = engine.Submit(std::move(request), [this, id](const GenerationEvent& e) {
     std::lock_guard<std::mutex> lock(mu_);
     CollectedOutput& out = outputs_[id];
     ++out.events;
@@ -50,15 +32,58 @@ absl::Status EngineHarness::Submit(GenerationRequest request) {
   return s;
 }
 
-void EngineHarness::WaitAll() {
+bool OutputCollector::WaitAll(absl::Time deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return pending_ == 0 || stopped_; });
+  auto done = [this] { return pending_ == 0 || abandoned_; };
+  if (deadline == absl::InfiniteFuture()) {
+    cv_.wait(lock, done);
+    return true;
+  }
+  return cv_.wait_until(lock, absl::ToChronoTime(deadline), done);
 }
 
-CollectedOutput EngineHarness::output(const std::string& id) {
+void OutputCollector::Abandon() {
+  std::lock_guard<std::mutex> lock(mu_);
+  abandoned_ = true;
+  cv_.notify_all();
+}
+
+CollectedOutput OutputCollector::output(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   return outputs_[id];
 }
+
+void OutputCollector::set_output(const std::string& id, CollectedOutput output) {
+  std::lock_guard<std::mutex> lock(mu_);
+  outputs_[id] = std::move(output);
+}
+
+EngineHarness::EngineHarness(Engine* engine) : engine_(engine) {
+  loop_ = std::thread([this] {
+    absl::Status s = engine_->Run();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      run_status_ = s;
+    }
+    collector_.Abandon();
+  });
+}
+
+EngineHarness::~EngineHarness() { Stop(); }
+
+void EngineHarness::Stop() {
+  if (!loop_.joinable()) return;
+  if (engine_->rank() == 0) engine_->Shutdown();
+  loop_.join();
+}
+
+absl::Status EngineHarness::Submit(GenerationRequest request) {
+  return collector_.Submit(*engine_, std::move(request));
+}
+
+void EngineHarness::WaitAll() { collector_.WaitAll(); }
+
+CollectedOutput EngineHarness::output(const std::string& id) { return collector_.output(id); }
 
 absl::Status EngineHarness::run_status() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -75,8 +100,7 @@ std::vector<CollectedOutput> EngineHarness::GenerateAll(
       CollectedOutput failed;
       failed.finish_reason = FinishReason::kError;
       failed.error = s.ToString();
-      std::lock_guard<std::mutex> lock(mu_);
-      outputs_[r.id] = failed;
+      collector_.set_output(r.id, std::move(failed));
     }
   }
   WaitAll();

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "runtime/engine.h"
 
 namespace verdict {
@@ -23,6 +24,27 @@ struct CollectedOutput {
   GenerationUsage usage;
   int events = 0;
   int finished_events = 0;
+};
+
+// Collects the events of submitted requests, one CollectedOutput each.
+class OutputCollector {
+ public:
+  // Rank 0: submits `request` with a callback that records its events.
+  absl::Status Submit(Engine& engine, GenerationRequest request);
+  // Until every submitted request finished, Abandon() was called, or
+  // `deadline`; false at the deadline.
+  bool WaitAll(absl::Time deadline = absl::InfiniteFuture());
+  // No more events will come (the loop has ended): wakes the waiters.
+  void Abandon();
+  CollectedOutput output(const std::string& id);
+  void set_output(const std::string& id, CollectedOutput output);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, CollectedOutput> outputs_;
+  int pending_ = 0;
+  bool abandoned_ = false;
 };
 
 class EngineHarness {
@@ -48,13 +70,10 @@ class EngineHarness {
 
  private:
   Engine* engine_;
+  OutputCollector collector_;
   std::thread loop_;
-  absl::Status run_status_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, CollectedOutput> outputs_;
-  int pending_ = 0;
-  bool stopped_ = false;
+  absl::Status run_status_;
 };
 
 // Openings of the bundled models' corpus, for tests that decode many

@@ -142,59 +142,6 @@ void OnRankZeroWhileOthersWait(const std::function<void()>& compute) {
   ASSERT_TRUE(s.ok()) << s;
 }
 
-// Submits every request before the loop starts: they all arrive in the
-// first step's control message, so the batches (and with them the plans,
-// which decide the sampled tokens in cap-accept and compact modes) do not
-// depend on how submission interleaves with the loop thread.
-class UpfrontCollector {
- public:
-  absl::Status Submit(Engine& engine, GenerationRequest request) {
-    const std::string id = request.id;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      outputs_[id] = CollectedOutput();
-      ++pending_;
-    }
-    absl::Status s = engine.Submit(std::move(request), [this, id](const GenerationEvent& e) {
-      std::lock_guard<std::mutex> lock(mu_);
-      CollectedOutput& out = outputs_[id];
-      ++out.events;
-      out.token_ids.insert(out.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
-      out.text += e.text;
-      out.usage = e.usage;
-      if (e.finished) {
-        ++out.finished_events;
-        out.finish_reason = e.finish_reason;
-        out.error = e.error;
-        --pending_;
-        cv_.notify_all();
-      }
-    });
-    if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      --pending_;
-    }
-    return s;
-  }
-
-  // False if the requests are still running at `deadline`.
-  bool WaitAll(absl::Time deadline) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_until(lock, absl::ToChronoTime(deadline), [this] { return pending_ == 0; });
-  }
-
-  CollectedOutput output(const std::string& id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return outputs_[id];
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, CollectedOutput> outputs_;
-  int pending_ = 0;
-};
-
 // Every rank calls it: runs the loop through an EngineHarness until rank 0's
 // requests (all submitted up front) have finished or `limit` has passed.
 // Rank 0 returns the outputs in request order, the other ranks nothing.
@@ -202,7 +149,11 @@ std::vector<CollectedOutput> RunUpfront(Engine& engine,
                                         const std::vector<GenerationRequest>& requests,
                                         absl::Duration limit) {
   const absl::Time deadline = absl::Now() + limit;
-  UpfrontCollector collector;
+  // Every request is submitted before the loop starts: they all arrive in
+  // the first step's control message, so the batches (and with them the
+  // plans, which decide the sampled tokens in cap-accept and compact modes)
+  // do not depend on how submission interleaves with the loop thread.
+  OutputCollector collector;
   if (engine.rank() == 0) {
     for (const GenerationRequest& r : requests) {
       const absl::Status s = collector.Submit(engine, r);
