@@ -25,85 +25,23 @@
 #include "kernels/model/rms_norm.h"
 #include "kernels/model/rope.h"
 #include "kernels/model/silu_and_mul.h"
+#include "runtime/device_memory.h"
 #include "runtime/rope.h"
 
 namespace verdict {
 namespace {
 
-// One cudaMalloc, freed with its owner.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-
-  absl::Status Allocate(size_t bytes) {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-    if (bytes == 0) return absl::OkStatus();
-    VERDICT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr_, bytes));
-    bytes_ = bytes;
-    return absl::OkStatus();
-  }
-  // Grows (never shrinks) to at least `bytes`; the contents are not kept.
-  // Counts the reallocations in *moved (a captured graph holds addresses).
-  absl::Status Reserve(size_t bytes, int* moved = nullptr) {
-    if (bytes <= bytes_) return absl::OkStatus();
-    if (moved != nullptr) ++*moved;
-    return Allocate(bytes + bytes / 4);
-  }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// Page-locked host memory, so the step's metadata upload is one async copy.
-class PinnedBuffer {
- public:
-  ~PinnedBuffer() {
-    if (ptr_ != nullptr) cudaFreeHost(ptr_);
-  }
-  absl::Status Reserve(size_t bytes, int* moved = nullptr) {
-    if (bytes <= bytes_) return absl::OkStatus();
-    if (moved != nullptr) ++*moved;
-    if (ptr_ != nullptr) cudaFreeHost(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-    VERDICT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr_, bytes + bytes / 4));
-    bytes_ = bytes + bytes / 4;
-    return absl::OkStatus();
-  }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-
 struct DeviceLayer {
   bool sliding = false;
   DeviceBuffer input_norm;
-  DeviceBuffer qkv;       // [q; k; v] rows of this rank, [q + 2 kv, hidden]
-  DeviceBuffer qkv_bias;  // qkv_bias only
+  DeviceBuffer qkv;             // [q; k; v] rows of this rank, [q + 2 kv, hidden]
+  DeviceBuffer qkv_bias;        // qkv_bias only
   DeviceBuffer q_norm, k_norm;  // qk_norm only
-  DeviceBuffer o;         // [hidden, q]
-  DeviceBuffer o_bias;    // o_bias only; added once after the all-reduce
+  DeviceBuffer o;               // [hidden, q]
+  DeviceBuffer o_bias;          // o_bias only; added once after the all-reduce
   DeviceBuffer post_norm;
-  DeviceBuffer gate_up;   // [gate; up] rows, [2 inter, hidden]
-  DeviceBuffer down;      // [hidden, inter]
+  DeviceBuffer gate_up;  // [gate; up] rows, [2 inter, hidden]
+  DeviceBuffer down;     // [hidden, inter]
   DeviceBuffer k_cache, v_cache;
 };
 
@@ -176,7 +114,7 @@ class CudaLlamaModel : public ModelRunner {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
 
-  DeviceBuffer embed_;  // [vocab_shard, hidden]
+  DeviceBuffer embed_;    // [vocab_shard, hidden]
   DeviceBuffer lm_head_;  // untied only
   DeviceBuffer final_norm_;
   DeviceBuffer inv_freq_;
@@ -222,8 +160,7 @@ absl::Status CudaLlamaModel::EnqueueMaybeGraph(const Key& key, bool graphable,
     return absl::OkStatus();
   }
   if (entry.failed || entry.uses++ == 0) return enqueue();
-  VERDICT_CUDA_RETURN_IF_ERROR(
-      cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   absl::Status status = enqueue();
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
@@ -256,8 +193,7 @@ absl::Status CudaLlamaModel::Init(const WeightSource& source, int load_threads) 
   const std::vector<float> inv_freq = RopeInvFrequencies(config_);
   if (absl::Status s = inv_freq_.Allocate(inv_freq.size() * sizeof(float)); !s.ok()) return s;
   VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpy(inv_freq_.as<float>(), inv_freq.data(),
-                                          inv_freq.size() * sizeof(float),
-                                          cudaMemcpyHostToDevice));
+                                          inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
 
   // The device KV cache: the KvCache's slots, bf16.
   const KvCacheConfig& kv = kv_cache_->config();
@@ -344,8 +280,9 @@ absl::Status CudaLlamaModel::LoadWeights(const WeightSource& source, int load_th
   }
   // Shards are read (and dummy values generated) on several threads; each
   // copies its own tensor to the device.
-  int threads = load_threads > 0 ? load_threads
-                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = load_threads > 0
+                    ? load_threads
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = std::max(1, std::min<int>(threads, static_cast<int>(specs.size())));
   std::atomic<size_t> next{0};
   std::mutex error_mu;
@@ -367,10 +304,10 @@ absl::Status CudaLlamaModel::LoadWeights(const WeightSource& source, int load_th
       staging.resize(static_cast<size_t>(n));
       absl::Status st = source.ReadShard(spec, tp_, TensorDType::kBF16, staging.data());
       if (st.ok()) {
-        st = CudaStatus(cudaMemcpy(destination.at(fields[i]), staging.data(),
-                                   static_cast<size_t>(n) * sizeof(uint16_t),
-                                   cudaMemcpyHostToDevice),
-                        "cudaMemcpy (weights)");
+        st = CudaStatus(
+            cudaMemcpy(destination.at(fields[i]), staging.data(),
+                       static_cast<size_t>(n) * sizeof(uint16_t), cudaMemcpyHostToDevice),
+            "cudaMemcpy (weights)");
       }
       if (!st.ok()) {
         std::lock_guard<std::mutex> lock(error_mu);
@@ -446,7 +383,8 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   int max_query = 0;
   int max_kv = 0;
   for (const ForwardRequest& r : batch.requests) {
-    max_table = std::max<int>(max_table, static_cast<int>(kv_cache_->block_table(r.kv_handle).size()));
+    max_table =
+        std::max<int>(max_table, static_cast<int>(kv_cache_->block_table(r.kv_handle).size()));
     max_query = std::max<int>(max_query, static_cast<int>(r.token_ids.size()));
     max_kv = std::max<int>(max_kv, static_cast<int>(r.start_position + r.token_ids.size()));
   }
@@ -532,8 +470,8 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
         // Grown here, before the step's collectives are queued: cudaFree
         // waits for the whole device, without the NCCL timeout.
         reserve(gathered_, tp_.size > 1 ? local_elems * tp_.size : 0, 4),
-        reserve(full_logits_,
-                tp_.size > 1 ? static_cast<size_t>(out_rows) * config_.vocab_size : 0, 4)}) {
+        reserve(full_logits_, tp_.size > 1 ? static_cast<size_t>(out_rows) * config_.vocab_size : 0,
+                4)}) {
     if (!s.ok()) return s;
   }
   AttentionConfig attn_full;
@@ -542,10 +480,9 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   attn_sliding.sliding_window = config_.sliding_window;
   size_t workspace = 0;
   for (const DeviceLayer& l : layers_) {
-    workspace = std::max(workspace, l.sliding ? PagedAttentionWorkspaceBytes(ring_batch, ring_layout,
-                                                                             attn_sliding)
-                                              : PagedAttentionWorkspaceBytes(full_batch, full_layout,
-                                                                             attn_full));
+    workspace = std::max(
+        workspace, l.sliding ? PagedAttentionWorkspaceBytes(ring_batch, ring_layout, attn_sliding)
+                             : PagedAttentionWorkspaceBytes(full_batch, full_layout, attn_full));
   }
   if (absl::Status s = attn_workspace_.Reserve(workspace, &moved); !s.ok()) return s;
   if (moved > 0) {
@@ -566,107 +503,108 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // Everything from the metadata upload to the LM head's logits in
   // local_logits_: the part a CUDA graph replays.
   auto enqueue = [&]() -> absl::Status {
-  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.as<int32_t>(), h, total * sizeof(int32_t),
-                                               cudaMemcpyHostToDevice, stream_));
-  // ---- Embedding (vocab-parallel: zeros outside this rank's rows). ----
-  const EmbeddingShard shard{tp_.rank * sh.vocab_shard, (tp_.rank + 1) * sh.vocab_shard,
-                             sh.hidden};
-  if (absl::Status s = InvokeEmbedding(d + o_ids, t, embed_.as<uint16_t>(), shard, residual, stream_);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = AllReduce(residual, T * sh.hidden, DataType::kFloat32); !s.ok()) return s;
-
-  // ---- Decoder layers. ----
-  for (int li = 0; li < config_.num_layers; ++li) {
-    const DeviceLayer& w = layers_[li];
-    absl::Status s =
-        li == 0 ? InvokeRmsNorm(residual, w.input_norm.as<uint16_t>(), normed, t, sh.hidden, eps,
-                                stream_)
-                : InvokeAddRmsNorm(mlp_out, residual, w.input_norm.as<uint16_t>(), normed, t,
-                                   sh.hidden, eps, stream_);
-    if (!s.ok()) return s;
-    s = gemm_->Run(normed, w.qkv.as<uint16_t>(), w.qkv_bias.as<uint16_t>(), qkv, t, sh.qkv_size(),
-                   sh.hidden, stream_);
-    if (!s.ok()) return s;
-    if (config_.qk_norm) {
-      s = InvokeHeadRmsNorm(qkv, t, sh.heads, sh.head_dim, qkv_stride, w.q_norm.as<uint16_t>(), eps,
-                            stream_);
-      if (!s.ok()) return s;
-      s = InvokeHeadRmsNorm(qkv + sh.q_size(), t, sh.kv_heads, sh.head_dim, qkv_stride,
-                            w.k_norm.as<uint16_t>(), eps, stream_);
-      if (!s.ok()) return s;
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.as<int32_t>(), h, total * sizeof(int32_t),
+                                                 cudaMemcpyHostToDevice, stream_));
+    // ---- Embedding (vocab-parallel: zeros outside this rank's rows). ----
+    const EmbeddingShard shard{tp_.rank * sh.vocab_shard, (tp_.rank + 1) * sh.vocab_shard,
+                               sh.hidden};
+    if (absl::Status s =
+            InvokeEmbedding(d + o_ids, t, embed_.as<uint16_t>(), shard, residual, stream_);
+        !s.ok()) {
+      return s;
     }
-    const RopeShape rope{t, sh.heads, sh.kv_heads, sh.head_dim, qkv_stride, qkv_stride};
-    s = InvokeRope(qkv, qkv + sh.q_size(), d + o_pos, inv_freq_.as<float>(), rope, stream_);
-    if (!s.ok()) return s;
-    const PagedBatch& pb = w.sliding ? ring_batch : full_batch;
-    const KvCacheLayout& layout = w.sliding ? ring_layout : full_layout;
-    uint16_t* k_cache = w.k_cache.as<uint16_t>();
-    uint16_t* v_cache = w.v_cache.as<uint16_t>();
-    s = InvokeKvCacheWrite(qkv + sh.q_size(), qkv_stride, qkv + sh.q_size() + sh.kv_size(),
-                           qkv_stride, pb, layout, k_cache, v_cache, stream_);
-    if (!s.ok()) return s;
-    s = InvokePagedAttention(qkv, qkv_stride, k_cache, v_cache, pb, layout,
-                             w.sliding ? attn_sliding : attn_full, attn, sh.q_size(),
-                             attn_workspace_.as<void>(), attn_workspace_.bytes(), stream_);
-    if (!s.ok()) return s;
-    // Row-parallel output projection: partial sums, the all-reduce, then the
-    // bias once.
-    s = gemm_->Run(attn, w.o.as<uint16_t>(), nullptr, o_out, t, sh.hidden, sh.q_size(), stream_);
-    if (!s.ok()) return s;
-    if (s = AllReduce(o_out, T * sh.hidden, DataType::kBFloat16); !s.ok()) return s;
-    if (config_.o_bias) {
-      s = InvokeAddBias(o_out, w.o_bias.as<uint16_t>(), t, sh.hidden, stream_);
-      if (!s.ok()) return s;
-    }
-    s = InvokeAddRmsNorm(o_out, residual, w.post_norm.as<uint16_t>(), normed, t, sh.hidden, eps,
-                         stream_);
-    if (!s.ok()) return s;
-    s = gemm_->Run(normed, w.gate_up.as<uint16_t>(), nullptr, gate_up, t, 2 * sh.inter, sh.hidden,
-                   stream_);
-    if (!s.ok()) return s;
-    if (s = InvokeSiluAndMul(gate_up, act, t, sh.inter, stream_); !s.ok()) return s;
-    s = gemm_->Run(act, w.down.as<uint16_t>(), nullptr, mlp_out, t, sh.hidden, sh.inter, stream_);
-    if (!s.ok()) return s;
-    if (s = AllReduce(mlp_out, T * sh.hidden, DataType::kBFloat16); !s.ok()) return s;
-  }
-  if (out_rows == 0) return absl::OkStatus();
+    if (absl::Status s = AllReduce(residual, T * sh.hidden, DataType::kFloat32); !s.ok()) return s;
 
-  // ---- Final norm and the LM head on the wanted rows. ----
-  absl::Status s = InvokeAddRmsNorm(mlp_out, residual, final_norm_.as<uint16_t>(), normed, t,
-                                    sh.hidden, eps, stream_);
-  if (!s.ok()) return s;
-  const uint16_t* head_in = normed;
-  if (out_rows != t) {
-    // Each request's wanted rows are its last ones: one copy per request.
-    int src_row = 0;
-    int dst_row = 0;
-    for (const ForwardRequest& r : batch.requests) {
-      const int len = static_cast<int>(r.token_ids.size());
-      const int want = r.logit_rows();
-      if (want > 0) {
-        VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-            selected_.as<uint16_t>() + static_cast<size_t>(dst_row) * sh.hidden,
-            normed + static_cast<size_t>(src_row + len - want) * sh.hidden,
-            static_cast<size_t>(want) * sh.hidden * sizeof(uint16_t), cudaMemcpyDeviceToDevice,
-            stream_));
+    // ---- Decoder layers. ----
+    for (int li = 0; li < config_.num_layers; ++li) {
+      const DeviceLayer& w = layers_[li];
+      absl::Status s = li == 0 ? InvokeRmsNorm(residual, w.input_norm.as<uint16_t>(), normed, t,
+                                               sh.hidden, eps, stream_)
+                               : InvokeAddRmsNorm(mlp_out, residual, w.input_norm.as<uint16_t>(),
+                                                  normed, t, sh.hidden, eps, stream_);
+      if (!s.ok()) return s;
+      s = gemm_->Run(normed, w.qkv.as<uint16_t>(), w.qkv_bias.as<uint16_t>(), qkv, t, sh.qkv_size(),
+                     sh.hidden, stream_);
+      if (!s.ok()) return s;
+      if (config_.qk_norm) {
+        s = InvokeHeadRmsNorm(qkv, t, sh.heads, sh.head_dim, qkv_stride, w.q_norm.as<uint16_t>(),
+                              eps, stream_);
+        if (!s.ok()) return s;
+        s = InvokeHeadRmsNorm(qkv + sh.q_size(), t, sh.kv_heads, sh.head_dim, qkv_stride,
+                              w.k_norm.as<uint16_t>(), eps, stream_);
+        if (!s.ok()) return s;
       }
-      src_row += len;
-      dst_row += want;
+      const RopeShape rope{t, sh.heads, sh.kv_heads, sh.head_dim, qkv_stride, qkv_stride};
+      s = InvokeRope(qkv, qkv + sh.q_size(), d + o_pos, inv_freq_.as<float>(), rope, stream_);
+      if (!s.ok()) return s;
+      const PagedBatch& pb = w.sliding ? ring_batch : full_batch;
+      const KvCacheLayout& layout = w.sliding ? ring_layout : full_layout;
+      uint16_t* k_cache = w.k_cache.as<uint16_t>();
+      uint16_t* v_cache = w.v_cache.as<uint16_t>();
+      s = InvokeKvCacheWrite(qkv + sh.q_size(), qkv_stride, qkv + sh.q_size() + sh.kv_size(),
+                             qkv_stride, pb, layout, k_cache, v_cache, stream_);
+      if (!s.ok()) return s;
+      s = InvokePagedAttention(qkv, qkv_stride, k_cache, v_cache, pb, layout,
+                               w.sliding ? attn_sliding : attn_full, attn, sh.q_size(),
+                               attn_workspace_.as<void>(), attn_workspace_.bytes(), stream_);
+      if (!s.ok()) return s;
+      // Row-parallel output projection: partial sums, the all-reduce, then the
+      // bias once.
+      s = gemm_->Run(attn, w.o.as<uint16_t>(), nullptr, o_out, t, sh.hidden, sh.q_size(), stream_);
+      if (!s.ok()) return s;
+      if (s = AllReduce(o_out, T * sh.hidden, DataType::kBFloat16); !s.ok()) return s;
+      if (config_.o_bias) {
+        s = InvokeAddBias(o_out, w.o_bias.as<uint16_t>(), t, sh.hidden, stream_);
+        if (!s.ok()) return s;
+      }
+      s = InvokeAddRmsNorm(o_out, residual, w.post_norm.as<uint16_t>(), normed, t, sh.hidden, eps,
+                           stream_);
+      if (!s.ok()) return s;
+      s = gemm_->Run(normed, w.gate_up.as<uint16_t>(), nullptr, gate_up, t, 2 * sh.inter, sh.hidden,
+                     stream_);
+      if (!s.ok()) return s;
+      if (s = InvokeSiluAndMul(gate_up, act, t, sh.inter, stream_); !s.ok()) return s;
+      s = gemm_->Run(act, w.down.as<uint16_t>(), nullptr, mlp_out, t, sh.hidden, sh.inter, stream_);
+      if (!s.ok()) return s;
+      if (s = AllReduce(mlp_out, T * sh.hidden, DataType::kBFloat16); !s.ok()) return s;
     }
-    head_in = selected_.as<uint16_t>();
-  }
-  const uint16_t* head = config_.tie_word_embeddings ? embed_.as<uint16_t>() : lm_head_.as<uint16_t>();
-  return gemm_->Run(head_in, head, nullptr, local_logits_.as<float>(), out_rows, sh.vocab_shard,
-                    sh.hidden, stream_);
+    if (out_rows == 0) return absl::OkStatus();
+
+    // ---- Final norm and the LM head on the wanted rows. ----
+    absl::Status s = InvokeAddRmsNorm(mlp_out, residual, final_norm_.as<uint16_t>(), normed, t,
+                                      sh.hidden, eps, stream_);
+    if (!s.ok()) return s;
+    const uint16_t* head_in = normed;
+    if (out_rows != t) {
+      // Each request's wanted rows are its last ones: one copy per request.
+      int src_row = 0;
+      int dst_row = 0;
+      for (const ForwardRequest& r : batch.requests) {
+        const int len = static_cast<int>(r.token_ids.size());
+        const int want = r.logit_rows();
+        if (want > 0) {
+          VERDICT_CUDA_RETURN_IF_ERROR(
+              cudaMemcpyAsync(selected_.as<uint16_t>() + static_cast<size_t>(dst_row) * sh.hidden,
+                              normed + static_cast<size_t>(src_row + len - want) * sh.hidden,
+                              static_cast<size_t>(want) * sh.hidden * sizeof(uint16_t),
+                              cudaMemcpyDeviceToDevice, stream_));
+        }
+        src_row += len;
+        dst_row += want;
+      }
+      head_in = selected_.as<uint16_t>();
+    }
+    const uint16_t* head =
+        config_.tie_word_embeddings ? embed_.as<uint16_t>() : lm_head_.as<uint16_t>();
+    return gemm_->Run(head_in, head, nullptr, local_logits_.as<float>(), out_rows, sh.vocab_shard,
+                      sh.hidden, stream_);
   };
 
   // Graphs replay one rank's kernels; the collectives of TP > 1 and the
   // per-request row copies of a partial-logits step stay eager.
   const bool graphable = tp_.size == 1 && out_rows == t;
-  absl::Status s = EnqueueMaybeGraph(GraphKey{b, t, max_query, max_table, kv_bound}, graphable,
-                                     enqueue);
+  absl::Status s =
+      EnqueueMaybeGraph(GraphKey{b, t, max_query, max_table, kv_bound}, graphable, enqueue);
   if (!s.ok()) return s;
   if (out_rows == 0) {
     // The timed wait first: a dead peer's collective never completes, and
@@ -693,7 +631,8 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
       if (count == 0) continue;
       VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
           full_logits_.as<float>() + first, static_cast<size_t>(vocab) * sizeof(float),
-          gathered_.as<float>() + r * local_elems, static_cast<size_t>(sh.vocab_shard) * sizeof(float),
+          gathered_.as<float>() + r * local_elems,
+          static_cast<size_t>(sh.vocab_shard) * sizeof(float),
           static_cast<size_t>(count) * sizeof(float), out_rows, cudaMemcpyDeviceToDevice, stream_));
     }
     rows_on_device = full_logits_.as<float>();
@@ -701,15 +640,16 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // To the caller's rows (host or device memory: the copy's direction
   // follows the pointers), contiguous unless this is one pass of several.
   const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(float);
-  const size_t src_pitch = tp_.size > 1 ? row_bytes : static_cast<size_t>(sh.vocab_shard) * sizeof(float);
+  const size_t src_pitch =
+      tp_.size > 1 ? row_bytes : static_cast<size_t>(sh.vocab_shard) * sizeof(float);
   int src_row = 0;
   for (int i = 0; i < b; ++i) {
     const int want = batch.requests[i].logit_rows();
     if (want == 0) continue;
-    VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
-        logits + dst_rows[i] * vocab, row_bytes,
-        reinterpret_cast<const char*>(rows_on_device) + src_row * src_pitch, src_pitch, row_bytes,
-        want, cudaMemcpyDefault, stream_));
+    VERDICT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy2DAsync(logits + dst_rows[i] * vocab, row_bytes,
+                          reinterpret_cast<const char*>(rows_on_device) + src_row * src_pitch,
+                          src_pitch, row_bytes, want, cudaMemcpyDefault, stream_));
     src_row += want;
   }
   if (tp_.size > 1) {
@@ -737,17 +677,16 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaLlamaModel(const ModelCon
   const KvCacheConfig& kv = kv_cache->config();
   if (kv.num_layers != config.num_layers || kv.num_kv_heads != config.num_kv_heads / tp.size ||
       kv.head_dim != config.head_dim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("KV cache geometry (", kv.num_layers, " layers, ", kv.num_kv_heads,
-                     " kv heads, head_dim ", kv.head_dim, ") does not match the model at tp ",
-                     tp.size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache geometry (", kv.num_layers, " layers, ", kv.num_kv_heads, " kv heads, head_dim ",
+        kv.head_dim, ") does not match the model at tp ", tp.size));
   }
   int devices = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the CUDA backend needs a GPU, and none is usable here (",
-        e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device",
-        "); --backend cpu runs without one"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the CUDA backend needs a GPU, and none is usable here (",
+                     e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device",
+                     "); --backend cpu runs without one"));
   }
   int device = options.device;
   if (device < 0) VERDICT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda_check.h"
+#include "runtime/device_memory.h"
 
 namespace verdict {
 namespace {
@@ -14,37 +15,14 @@ namespace {
 constexpr size_t kAlign = 16;
 size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// A device allocation that only grows.
-class GrowingBuffer {
- public:
-  ~GrowingBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  absl::Status Reserve(size_t bytes) {
-    if (bytes <= bytes_) return absl::OkStatus();
-    if (ptr_ != nullptr) cudaFree(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-    const size_t size = bytes + bytes / 4;
-    VERDICT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr_, size));
-    bytes_ = size;
-    return absl::OkStatus();
-  }
-  char* get() const { return static_cast<char*>(ptr_); }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-
 // Small arrays packed into one page-locked host buffer and mirrored on the
 // device with one copy each way.
 class Staging {
  public:
-  ~Staging() {
-    if (host_ != nullptr) cudaFreeHost(host_);
+  void Clear() {
+    used_ = 0;
+    pending_.clear();
   }
-  void Clear() { used_ = 0; pending_.clear(); }
 
   // Reserves room for `count` elements; returns the offset. Data is copied
   // in by Put (or written by the device, for outputs).
@@ -64,40 +42,31 @@ class Staging {
   // Allocates for what was added, fills the host side, copies it up.
   absl::Status Upload(cudaStream_t stream) {
     if (absl::Status s = Reserve(); !s.ok()) return s;
-    for (const Pending& p : pending_) std::memcpy(host_ + p.offset, p.data, p.bytes);
+    for (const Pending& p : pending_) std::memcpy(host_.as<char>() + p.offset, p.data, p.bytes);
     if (used_ > 0) {
-      VERDICT_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(device_.get(), host_, used_, cudaMemcpyHostToDevice, stream));
+      VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_.as<char>(), host_.as<char>(), used_,
+                                                   cudaMemcpyHostToDevice, stream));
     }
     return absl::OkStatus();
   }
   absl::Status Reserve() {
     if (absl::Status s = device_.Reserve(used_); !s.ok()) return s;
-    if (used_ > host_bytes_) {
-      if (host_ != nullptr) cudaFreeHost(host_);
-      host_ = nullptr;
-      host_bytes_ = 0;
-      void* p = nullptr;
-      VERDICT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, used_ + used_ / 4));
-      host_ = static_cast<char*>(p);
-      host_bytes_ = used_ + used_ / 4;
-    }
-    return absl::OkStatus();
+    return host_.Reserve(used_);
   }
   absl::Status Download(cudaStream_t stream) {
     if (used_ == 0) return absl::OkStatus();
-    VERDICT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(host_, device_.get(), used_, cudaMemcpyDeviceToHost, stream));
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_.as<char>(), device_.as<char>(), used_,
+                                                 cudaMemcpyDeviceToHost, stream));
     return absl::OkStatus();
   }
 
   template <typename T>
   T* device(size_t offset) const {
-    return reinterpret_cast<T*>(device_.get() + offset);
+    return reinterpret_cast<T*>(device_.as<char>() + offset);
   }
   template <typename T>
   const T* host(size_t offset) const {
-    return reinterpret_cast<const T*>(host_ + offset);
+    return reinterpret_cast<const T*>(host_.as<char>() + offset);
   }
 
  private:
@@ -106,9 +75,8 @@ class Staging {
     const void* data;
     size_t bytes;
   };
-  GrowingBuffer device_;
-  char* host_ = nullptr;
-  size_t host_bytes_ = 0;
+  DeviceBuffer device_;
+  PinnedBuffer host_;
   size_t used_ = 0;
   std::vector<Pending> pending_;
 };
@@ -123,8 +91,7 @@ void CopyOut(const Staging& staging, size_t offset, std::vector<T>& dst) {
 struct DeviceSampling::Impl {
   int device = 0;
   cudaStream_t stream = nullptr;
-  GrowingBuffer draft_logits, verify_logits, draft_probs, store, packed, workspace,
-      draft_workspace;
+  DeviceBuffer draft_logits, verify_logits, draft_probs, store, packed, workspace, draft_workspace;
   Staging draft_in, draft_out, verify_in, verify_out;
   int64_t store_rows = 0;
 
@@ -141,12 +108,13 @@ absl::StatusOr<std::unique_ptr<DeviceSampling>> DeviceSampling::Create(int vocab
   // The verify launcher's workspace is zeroed once; each launch leaves it
   // zeroed again.
   if (absl::Status st = s->impl_->workspace.Reserve(kVerifyWorkspaceBytes); !st.ok()) return st;
-  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemset(s->impl_->workspace.get(), 0, kVerifyWorkspaceBytes));
+  VERDICT_CUDA_RETURN_IF_ERROR(
+      cudaMemset(s->impl_->workspace.as<void>(), 0, kVerifyWorkspaceBytes));
   if (absl::Status st = s->impl_->draft_workspace.Reserve(kDraftSampleWorkspaceBytes); !st.ok()) {
     return st;
   }
   VERDICT_CUDA_RETURN_IF_ERROR(
-      cudaMemset(s->impl_->draft_workspace.get(), 0, kDraftSampleWorkspaceBytes));
+      cudaMemset(s->impl_->draft_workspace.as<void>(), 0, kDraftSampleWorkspaceBytes));
   return s;
 }
 
@@ -159,7 +127,7 @@ absl::StatusOr<float*> DeviceSampling::DraftLogits(int64_t rows) {
       !s.ok()) {
     return s;
   }
-  return reinterpret_cast<float*>(impl_->draft_logits.get());
+  return impl_->draft_logits.as<float>();
 }
 
 absl::StatusOr<float*> DeviceSampling::VerifyLogits(int64_t rows) {
@@ -168,7 +136,7 @@ absl::StatusOr<float*> DeviceSampling::VerifyLogits(int64_t rows) {
       !s.ok()) {
     return s;
   }
-  return reinterpret_cast<float*>(impl_->verify_logits.get());
+  return impl_->verify_logits.as<float>();
 }
 
 absl::Status DeviceSampling::SampleDrafts(const DraftSampleInputs& params, int j, int32_t* tokens,
@@ -202,7 +170,7 @@ absl::Status DeviceSampling::SampleDrafts(const DraftSampleInputs& params, int j
   if (absl::Status s = m.draft_out.Reserve(); !s.ok()) return s;
 
   DraftSampleInputs in = params;
-  in.logits = reinterpret_cast<const float*>(m.draft_logits.get());
+  in.logits = m.draft_logits.as<float>();
   in.temperatures = m.draft_in.device<float>(o_temp);
   in.top_ks = m.draft_in.device<int32_t>(o_topk);
   in.top_ps = m.draft_in.device<float>(o_topp);
@@ -214,15 +182,15 @@ absl::Status DeviceSampling::SampleDrafts(const DraftSampleInputs& params, int j
   DraftSampleOutputs out;
   out.token_ids = m.draft_out.device<int32_t>(o_tokens);
   out.signals = m.draft_out.device<float>(o_signals);
-  out.probs = reinterpret_cast<float*>(m.draft_probs.get());
+  out.probs = m.draft_probs.as<float>();
   out.error = m.draft_out.device<DraftErrorRecord>(o_error);
-  if (absl::Status s = DraftSampleCuda(in, &out, m.draft_workspace.get(), m.stream); !s.ok()) {
+  if (absl::Status s = DraftSampleCuda(in, &out, m.draft_workspace.as<void>(), m.stream); !s.ok()) {
     return s;
   }
   // Row s's p to slot (s, j) of the store: one strided copy for the step.
   VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
-      m.store.get() + static_cast<size_t>(j) * row_bytes, gamma_ * row_bytes, m.draft_probs.get(),
-      row_bytes, row_bytes, n, cudaMemcpyDeviceToDevice, m.stream));
+      m.store.as<char>() + static_cast<size_t>(j) * row_bytes, gamma_ * row_bytes,
+      m.draft_probs.as<char>(), row_bytes, row_bytes, n, cudaMemcpyDeviceToDevice, m.stream));
   if (absl::Status s = m.draft_out.Download(m.stream); !s.ok()) return s;
   VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
   if (absl::Status s = DraftErrorStatus(*m.draft_out.host<DraftErrorRecord>(o_error)); !s.ok()) {
@@ -234,8 +202,7 @@ absl::Status DeviceSampling::SampleDrafts(const DraftSampleInputs& params, int j
 }
 
 absl::Status DeviceSampling::Verify(const VerifyInputs& params,
-                                    absl::Span<const int32_t> store_rows,
-                                    HostVerifyOutputs* host) {
+                                    absl::Span<const int32_t> store_rows, HostVerifyOutputs* host) {
   Impl& m = *impl_;
   VERDICT_CUDA_RETURN_IF_ERROR(cudaSetDevice(m.device));
   const int b = params.num_requests;
@@ -261,8 +228,8 @@ absl::Status DeviceSampling::Verify(const VerifyInputs& params,
                                                        " drafts but store row ", store_rows[r]));
       }
       VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-          m.packed.get() + dst * row_bytes,
-          m.store.get() + static_cast<size_t>(store_rows[r]) * gamma_ * row_bytes,
+          m.packed.as<char>() + dst * row_bytes,
+          m.store.as<char>() + static_cast<size_t>(store_rows[r]) * gamma_ * row_bytes,
           static_cast<size_t>(drafts) * row_bytes, cudaMemcpyDeviceToDevice, m.stream));
       dst += drafts;
     }
@@ -279,20 +246,20 @@ absl::Status DeviceSampling::Verify(const VerifyInputs& params,
   const size_t o_topp = m.verify_in.Put(params.top_ps, params.top_ps ? b : 0);
   const size_t o_seed = m.verify_in.Put(params.seeds, params.seeds ? b : 0);
   const int num_stops = params.stop_token_offsets ? params.stop_token_offsets[b] : 0;
-  const size_t o_stop_off = m.verify_in.Put(params.stop_token_offsets,
-                                            params.stop_token_offsets ? b + 1 : 0);
+  const size_t o_stop_off =
+      m.verify_in.Put(params.stop_token_offsets, params.stop_token_offsets ? b + 1 : 0);
   const size_t o_stop_ids = m.verify_in.Put(params.stop_token_ids, num_stops);
   if (absl::Status s = m.verify_in.Upload(m.stream); !s.ok()) return s;
 
   VerifyInputs in = params;
-  in.logits = m.verify_logits.get();
+  in.logits = m.verify_logits.as<float>();
   in.logits_dtype = LogitsDtype::kFloat32;
   in.first_token_positions = m.verify_in.device<int32_t>(o_ftp);
   in.seqlen_q = m.verify_in.device<int32_t>(o_seqlen);
   in.positions = params.positions ? m.verify_in.device<int64_t>(o_pos) : nullptr;
   in.verify_lens = params.verify_lens ? m.verify_in.device<int32_t>(o_lens) : nullptr;
   in.draft_token_ids = m.verify_in.device<int32_t>(o_drafts);
-  in.draft_probs = reinterpret_cast<const float*>(m.packed.get());
+  in.draft_probs = m.packed.as<float>();
   in.draft_vocab_size = vocab_;
   in.temperatures = params.temperatures ? m.verify_in.device<float>(o_temp) : nullptr;
   in.top_ks = params.top_ks ? m.verify_in.device<int32_t>(o_topk) : nullptr;
@@ -313,8 +280,7 @@ absl::Status DeviceSampling::Verify(const VerifyInputs& params,
                lvo = o.Add<int32_t>(b), st = o.Add<int32_t>(b), es = o.Add<uint8_t>(b),
                ng = o.Add<int32_t>(nextn), nv = o.Add<int32_t>(nextn),
                // In and out: the kernel zeroes a stopped request's confidences.
-               nc = o.Put(host->next_draft_confidences.data(), conf),
-               er = o.Add<VerifyErrorRecord>(1);
+      nc = o.Put(host->next_draft_confidences.data(), conf), er = o.Add<VerifyErrorRecord>(1);
   if (absl::Status s = o.Upload(m.stream); !s.ok()) return s;
   VerifyOutputs out;
   out.row_to_req = o.device<int32_t>(r2r);
@@ -334,7 +300,7 @@ absl::Status DeviceSampling::Verify(const VerifyInputs& params,
   out.next_draft_confidences = conf > 0 ? o.device<float>(nc) : nullptr;
   out.confidence_stride = host->confidence_stride;
   out.error = o.device<VerifyErrorRecord>(er);
-  out.workspace = m.workspace.get();
+  out.workspace = m.workspace.as<void>();
   if (absl::Status s = InvokeVerifySample(in, &out, m.stream); !s.ok()) return s;
   if (absl::Status s = o.Download(m.stream); !s.ok()) return s;
   VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
