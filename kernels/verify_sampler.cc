@@ -195,16 +195,17 @@ class RowSampler {
         }
         if (raw) {
           candidate = s.draft;
-        } else {
+        } else if (EarlierRowsAccepted(s, row, out)) {
           const uint64_t p_key = ResidualRace(s, row, row_max, threshold, mass_f, &candidate);
           if (p_key != 0) return p_key;
         }
-      } else {
+      } else if (EarlierRowsAccepted(s, row, out)) {
         candidate = TargetRace(s, row_max, threshold, RandomStream::kBonus);
       }
     }
 
     out.raw_accept[row] = raw ? 1 : 0;
+    if (candidate < 0) return 0;  // after a rejected row: nothing drawn
     out.candidate_token_ids[row] = candidate;
     const float zc = z_[candidate];
     out.token_logprobs[row] =
@@ -214,6 +215,16 @@ class RowSampler {
   }
 
  private:
+  // Whether every earlier row of the row's request accepted its draft, so
+  // that the row can be the request's final row (rows run in order here;
+  // an earlier row that failed left raw_accept 0).
+  bool EarlierRowsAccepted(const RowSetup& s, int32_t row, const VerifyOutputs& out) const {
+    for (int32_t r = in_.first_token_positions[s.info.request]; r < row; ++r) {
+      if (out.raw_accept[r] == 0) return false;
+    }
+    return true;
+  }
+
   // The race over q itself (bonus rows; a residual with no positive weight).
   int32_t TargetRace(const RowSetup& s, float row_max, float threshold, RandomStream stream) {
     Race race;

@@ -14,6 +14,13 @@
 // step and publishes the error record (a "last block" tail, so small steps
 // need exactly one launch). Request-level input checks run in the row CTAs,
 // step-level ones on the host before the launch.
+//
+// Only a row whose earlier rows all accepted draws a sample (a residual or a
+// bonus), so a rejected row waits for its request's earlier rows' decisions,
+// which each row publishes in the workspace as soon as it has made it (before
+// any wait of its own). Clusters take their rows in the order they start (a
+// ticket), so every row waited for belongs to a cluster that is already
+// running: the wait always ends.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -42,19 +49,28 @@ using verify_internal::RowInfo;
 using verify_internal::RowKind;
 using verify_internal::RowSetup;
 
+// Two CTAs of 512 threads per SM (measured faster on the H200 than four of
+// 256 at V = 151936: docs/PERF.md).
 constexpr int kThreads = 512;
+constexpr int kCtasPerSm = 2;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxSplits = 16;
 constexpr int32_t kNoId = 0x7FFFFFFF;
 
-// Left zeroed between launches: the done counter and the complement of the
-// smallest row-level error key (atomicMax of ~key; 0 = none).
+// Left zeroed between launches: the done counter, the next row ticket, the
+// complement of the smallest row-level error key (atomicMax of ~key; 0 =
+// none), and from kRowStateOffset one word per row: 0 until the row has
+// decided, then kRowAccepted or kRowBlocked.
 struct alignas(8) Workspace {
   unsigned int done;
-  unsigned int unused;
+  unsigned int ticket;
   unsigned long long error_acc;
 };
-static_assert(sizeof(Workspace) <= kVerifyWorkspaceBytes, "workspace too small");
+constexpr int64_t kRowStateOffset = 64;
+static_assert(sizeof(Workspace) <= kRowStateOffset, "workspace header too large");
+static_assert(VerifyWorkspaceBytes(1) == kRowStateOffset + 4, "workspace layout");
+constexpr uint32_t kRowAccepted = 1;  // a verify row that accepted its draft
+constexpr uint32_t kRowBlocked = 2;   // anything else (rejected, bonus, failed)
 
 struct KernelArgs {
   VerifyInputs in;
@@ -71,6 +87,7 @@ struct KernelArgs {
 // shared memory). Each exchange has its own slot, so one cluster barrier per
 // exchange suffices; the radix histograms alternate between two buffers.
 struct ExchangeSlots {
+  int32_t row;  // the leader's ticket
   float max_z;
   int32_t argmax;
   int32_t allowed;
@@ -85,6 +102,7 @@ struct ExchangeSlots {
 
 // Values every thread of the CTA reads after a barrier.
 struct Broadcast {
+  int32_t row;
   int32_t request;
   RowInfo info;
   int32_t mask;
@@ -225,6 +243,26 @@ __device__ void ReportError(Workspace* ws, uint64_t key) {
   atomicMax(&ws->error_acc, ~static_cast<unsigned long long>(key));
 }
 
+__device__ __forceinline__ uint32_t* RowStates(void* workspace) {
+  return reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) + kRowStateOffset);
+}
+
+__device__ __forceinline__ void PublishRow(void* workspace, int32_t row, uint32_t state) {
+  *reinterpret_cast<volatile uint32_t*>(RowStates(workspace) + row) = state;
+}
+
+// Whether rows first_row .. row - 1 all accepted their drafts; waits for
+// each decision (nearest first: one rejection settles it).
+__device__ bool EarlierRowsAccepted(void* workspace, int32_t first_row, int32_t row) {
+  const volatile uint32_t* states = RowStates(workspace);
+  for (int32_t r = row - 1; r >= first_row; --r) {
+    uint32_t state;
+    while ((state = states[r]) == 0) __nanosleep(64);
+    if (state != kRowAccepted) return false;
+  }
+  return true;
+}
+
 // The request owning `row`: a 32-ary search by one warp (three dependent
 // loads for 32K requests instead of fifteen).
 __device__ int32_t FindRequestWarp(const VerifyInputs& in, int32_t row) {
@@ -278,7 +316,7 @@ __device__ __forceinline__ float Get(const float4& v, int j) {
 }
 
 template <typename LogitT>
-__global__ void __launch_bounds__(kThreads, 2) VerifySampleKernel(const __grid_constant__ KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ float4 dynamic_smem[];
   float* z = reinterpret_cast<float*>(dynamic_smem);  // [chunk]: z, later e = exp(z - max)
   uint32_t* listed = reinterpret_cast<uint32_t*>(z + a.chunk);  // [chunk / 32] sparse p ids
@@ -293,12 +331,18 @@ __global__ void __launch_bounds__(kThreads, 2) VerifySampleKernel(const __grid_c
   const int splits = a.splits;
   const int rank = static_cast<int>(cluster.block_rank());
   const bool leader = rank == 0;
-  const int32_t row = static_cast<int32_t>(blockIdx.x / splits);
+  const int tid = threadIdx.x;
+  // The row: the leader's ticket, shared with the cluster.
+  if (leader && tid == 0) slots.row = static_cast<int32_t>(atomicAdd(&ws->ticket, 1u));
+  cluster.sync();
+  if (tid == 0) b.row = cluster.map_shared_rank(&slots, 0)->row;
+  __syncthreads();
+  const int32_t row = b.row;
   const int32_t v_size = in.vocab_size;
   const int32_t c0 = rank * a.chunk;
   const int32_t n = max(0, min(v_size - c0, a.chunk));  // ids of this CTA
   const int32_t groups = (n + 3) / 4;
-  const int tid = threadIdx.x;
+  bool published = false;  // by the leader's thread 0
 
   // ---- 1. Where the row is (warp 0); skipped rows read nothing. Warp 1 of
   // the leader checks every grid_rows-th request and bitmask (the step-level
@@ -513,11 +557,17 @@ __global__ void __launch_bounds__(kThreads, 2) VerifySampleKernel(const __grid_c
     // write_e, leaves e = exp(z - max) (0 where not kept) in shared memory.
     auto cluster_mass = [&](float t, bool write_e) -> unsigned long long {
       unsigned long long local = 0;
-      for (int32_t i = tid; i < n; i += kThreads) {
-        const float zi = z[i];
-        const float e = Kept(zi, t) ? ExpNonPositive(FSub(zi, row_max)) : 0.0f;
-        local += ToFixed(e);
-        if (write_e) z[i] = e;
+      // Four ids at a time; ids past the slice hold -inf (weight 0).
+      for (int32_t g = tid; g < groups; g += kThreads) {
+        const float4 z4 = reinterpret_cast<const float4*>(z)[g];
+        float e[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float zi = Get(z4, q);
+          e[q] = Kept(zi, t) ? ExpNonPositive(FSub(zi, row_max)) : 0.0f;
+          local += ToFixed(e[q]);
+        }
+        if (write_e) reinterpret_cast<float4*>(z)[g] = make_float4(e[0], e[1], e[2], e[3]);
       }
       local = BlockSumU64(local, scratch);
       const int slot = exchanges++;
@@ -672,6 +722,14 @@ __global__ void __launch_bounds__(kThreads, 2) VerifySampleKernel(const __grid_c
       } else {
         mode = 2;
       }
+      if (leader) {
+        PublishRow(out.workspace, row, verify && raw ? kRowAccepted : kRowBlocked);
+        published = true;
+      }
+      if (mode != 0 && !EarlierRowsAccepted(out.workspace, row - b.info.local_step, row)) {
+        mode = 0;  // never emitted: nothing to draw
+        candidate = -1;
+      }
       b.race_id = candidate;
       b.mode = mode;
       b.raw = raw;
@@ -711,11 +769,9 @@ __global__ void __launch_bounds__(kThreads, 2) VerifySampleKernel(const __grid_c
         for (int q = 0; q < 4; ++q) t[q] = 4 * g + q < n ? __ldcs(p_row + 4 * g + q) : 0.0f;
         return make_float4(t[0], t[1], t[2], t[3]);
       };
-      float4 p_next = load_p(tid);  // one group ahead: the next load flies during the math
-      for (int32_t g = tid; g < groups; g += kThreads) {
+      // The race over group g (ids c0 + 4g .. c0 + 4g + 3) with its p.
+      const auto race_group = [&](int32_t g, const float4& p4) {
         const float4 e4 = reinterpret_cast<const float4*>(z)[g];
-        const float4 p_cur = p_next;
-        p_next = load_p(g + kThreads);
         float w4[4];
         bool any = false;
 #pragma unroll
@@ -724,7 +780,7 @@ __global__ void __launch_bounds__(kThreads, 2) VerifySampleKernel(const __grid_c
           const float e = Get(e4, q);
           float w = e;
           if (residual) {
-            const float pq = Get(p_cur, q);
+            const float pq = Get(p4, q);
             if (p_row != nullptr && i < n && (!(pq >= 0.0f) || !IsFinite(pq))) {
               bad_p = min(bad_p, c0 + i);
             }
@@ -734,7 +790,7 @@ __global__ void __launch_bounds__(kThreads, 2) VerifySampleKernel(const __grid_c
           w4[q] = i < n ? w : 0.0f;
           any |= w4[q] > 0.0f;
         }
-        if (!any) continue;
+        if (!any) return;
         const PhiloxBlock bits =
             PhiloxDraw(b.seed, b.position, 0, stream, static_cast<uint32_t>((c0 >> 2) + g));
 #pragma unroll
@@ -748,6 +804,17 @@ __global__ void __launch_bounds__(kThreads, 2) VerifySampleKernel(const __grid_c
               best_id = c0 + 4 * g + q;
             }
           }
+        }
+      };
+      // Four groups of p in flight per thread before the math on them.
+      constexpr int kPrefetch = 4;
+      for (int32_t g0 = tid; g0 < groups; g0 += kPrefetch * kThreads) {
+        float4 p4[kPrefetch];
+#pragma unroll
+        for (int u = 0; u < kPrefetch; ++u) p4[u] = load_p(g0 + u * kThreads);
+#pragma unroll
+        for (int u = 0; u < kPrefetch; ++u) {
+          if (g0 + u * kThreads < groups) race_group(g0 + u * kThreads, p4[u]);
         }
       }
       if (residual && sparse) {
@@ -814,10 +881,11 @@ __global__ void __launch_bounds__(kThreads, 2) VerifySampleKernel(const __grid_c
       mode = (b.race_id == kNoId && residual) ? 2 : 0;
     }
 
-    // ---- 6. The leader writes the row.
-    if (!row_done && leader && tid == 0) {
+    // ---- 6. The leader writes the row (a row that drew nothing keeps
+    // candidate -1 and logprob 0).
+    if (!row_done && leader && tid == 0) out.raw_accept[row] = raw ? 1 : 0;
+    if (!row_done && leader && tid == 0 && b.race_id >= 0) {
       const int32_t candidate = b.race_id;
-      out.raw_accept[row] = raw ? 1 : 0;
       out.candidate_token_ids[row] = candidate;
       const float zc = verify_internal::ProcessedLogit(in, row, b.mask, candidate, b.inv_temperature);
       out.token_logprobs[row] = Kept(zc, threshold)
@@ -826,8 +894,12 @@ __global__ void __launch_bounds__(kThreads, 2) VerifySampleKernel(const __grid_c
     }
   }
 
-  // ---- 7. No CTA leaves while another may read its slots; then the leader
-  // counts the row, and the CTA that counts the last row runs the tail.
+  // ---- 7. A row that stopped before deciding still tells later rows. No CTA
+  // leaves while another may read its slots; then the leader counts the row,
+  // and the CTA that counts the last row runs the tail.
+  if (leader && tid == 0 && !published && row < in.total_q) {
+    PublishRow(out.workspace, row, kRowBlocked);
+  }
   cluster.sync();
   if (!leader) return;
   if (tid == 0) {
@@ -844,6 +916,7 @@ __global__ void __launch_bounds__(kThreads, 2) VerifySampleKernel(const __grid_c
     const unsigned long long acc = atomicAdd(&ws->error_acc, 0ull);
     b.final_key = acc == 0 ? 0 : ~acc;
   }
+  for (int32_t r = tid; r < in.total_q; r += kThreads) RowStates(out.workspace)[r] = 0;
   __syncthreads();
   const unsigned long long final_key = b.final_key;
   if (final_key == 0) {
@@ -885,6 +958,7 @@ __global__ void __launch_bounds__(kThreads, 2) VerifySampleKernel(const __grid_c
   if (tid == 0) {
     *out.error = verify_internal::MakeErrorRecord(in, final_key);
     ws->done = 0;
+    ws->ticket = 0;
     ws->error_acc = 0;
     __threadfence();
   }
@@ -981,23 +1055,25 @@ LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_ind
   };
   const int64_t static_smem = static_cast<int64_t>(attributes.sharedSizeBytes);
   const int64_t fixed = static_smem + 1024;  // + the per-CTA reservation
-  const int64_t two_per_sm = static_cast<int64_t>(device.smem_per_sm) / 2 - fixed;
   const int64_t one_per_sm = std::min(static_cast<int64_t>(device.smem_optin) - static_smem,
                                       static_cast<int64_t>(device.smem_per_sm) - fixed);
+  // The fewest CTAs per row that let kCtasPerSm CTAs share an SM; else 1.
   int64_t min_splits = 0;
-  for (int64_t s = 1; s <= kMaxSplits && min_splits == 0; ++s) {
-    if (dynamic_of(s) <= two_per_sm) min_splits = s;
-  }
-  for (int64_t s = 1; s <= kMaxSplits && min_splits == 0; ++s) {
-    if (dynamic_of(s) <= one_per_sm) min_splits = s;
+  for (const int64_t per_sm : {int64_t{kCtasPerSm}, int64_t{1}}) {
+    const int64_t budget = per_sm == 1
+                               ? one_per_sm
+                               : static_cast<int64_t>(device.smem_per_sm) / per_sm - fixed;
+    for (int64_t s = 1; s <= kMaxSplits && min_splits == 0; ++s) {
+      if (dynamic_of(s) <= budget) min_splits = s;
+    }
   }
   if (min_splits == 0) {
     return Fail(error, LaunchStatus::kUnsupported,
                 "verify sampler: vocabulary " + std::to_string(v) + " does not fit " +
                     std::to_string(kMaxSplits) + " CTAs of shared memory");
   }
-  // Enough CTAs to fill the GPU twice over, each with at least 2048 ids.
-  int64_t splits = std::max(min_splits, CeilDiv(2 * device.sms, rows));
+  // Enough CTAs to fill every SM's CTA slots, each with at least 2048 ids.
+  int64_t splits = std::max(min_splits, CeilDiv(kCtasPerSm * device.sms, rows));
   splits = std::min<int64_t>(splits, std::max(min_splits, CeilDiv(v, 2048)));
   splits = std::min<int64_t>(splits, kMaxSplits);
 

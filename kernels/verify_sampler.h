@@ -32,6 +32,11 @@
 //    non-empty when q and p agree up to rounding. Should every residual
 //    weight still be 0 (p not normalised), the row samples from q.
 //  * Bonus row, T > 0: a fresh sample from q (stream kBonus).
+//  * Only a row that can be its request's final row draws a sample: one
+//    whose earlier rows all accepted their drafts. A row after a rejected
+//    one is never emitted, so where it would draw (a residual or bonus
+//    sample) its candidate is -1 and its logprob 0, and its p is not read
+//    (nor checked). Its raw accept is still decided and reported.
 //  * T = 0 (greedy): q is one-hot at argmax z (lowest id on ties); accept iff
 //    the draft is the argmax; the sampled token is the argmax.
 //  * Golden override g >= 0 for a row: the row's token is g; a verify row
@@ -215,12 +220,18 @@ struct VerifyOutputs {
   // Optional on the CPU; required by the launcher, which writes it on every
   // launch (read it back with ReadVerifyError).
   VerifyErrorRecord* error = nullptr;
-  // Launcher only: kVerifyWorkspaceBytes of device memory, zeroed once when
-  // allocated; every launch leaves it zeroed again. One per stream.
+  // Launcher only: VerifyWorkspaceBytes(total_q) of device memory (or more),
+  // zeroed once when allocated; every launch leaves it zeroed again. One per
+  // stream.
   void* workspace = nullptr;
 };
 
-inline constexpr int64_t kVerifyWorkspaceBytes = 64;
+// The launcher's workspace for steps of up to `total_q` rows: counters, and
+// one word per row through which a row learns whether its request's earlier
+// rows accepted (rows run in parallel).
+inline constexpr int64_t VerifyWorkspaceBytes(int64_t total_q) {
+  return 64 + 4 * (total_q > 1 ? total_q : 1);
+}
 
 // Status of an error record: OK for key 0, otherwise InvalidArgument naming
 // the request, the row and the offending value.

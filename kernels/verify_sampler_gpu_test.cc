@@ -317,11 +317,17 @@ void ExpectParity(const StepShape& shape) {
     EXPECT_EQ(gpu.out.row_to_req[row], cpu.out.row_to_req[row]) << "row " << row;
     EXPECT_EQ(gpu.out.local_step[row], cpu.out.local_step[row]) << "row " << row;
     EXPECT_EQ(gpu.out.is_verify[row], cpu.out.is_verify[row]) << "row " << row;
+    // After a row that was a rounding tie, whether a later row of the request
+    // draws at all follows that tie; its own accept decision does not.
+    const int32_t req = cpu.out.row_to_req[row];
+    const bool after_tie = req >= 0 && !request_clean[req];
     const bool same = gpu.out.raw_accept[row] == cpu.out.raw_accept[row] &&
-                      gpu.out.candidate_token_ids[row] == cpu.out.candidate_token_ids[row];
+                      (after_tie ||
+                       gpu.out.candidate_token_ids[row] == cpu.out.candidate_token_ids[row]);
+    if (same && after_tie) continue;
     if (!same) {
       ++mismatches;
-      request_clean[cpu.out.row_to_req[row]] = false;
+      if (req >= 0) request_clean[req] = false;
       const double margin = DecisionMargin(step, row);
       EXPECT_LT(margin, kRoundingTolerance)
           << "row " << row << ": gpu (" << int{gpu.out.raw_accept[row]} << ", "
@@ -453,6 +459,47 @@ TEST(VerifySamplerGpuTest, ErrorsMatchTheCpuTwin) {
   check("draft prob", [](HostVerifyStep& s) {
     for (float& p : s.draft_probs()) p = -1.0f;  // every residual reads a bad p
   });
+}
+
+// Rows after a rejected row draw nothing and read no p, on the device as on
+// the CPU: a NaN in such a row's p passes; in the final row's p it fails.
+TEST(VerifySamplerGpuTest, RowsAfterARejectionReadNoDraftProbabilities) {
+  HostVerifyStep step = RandomStep({.vocab = 2000, .requests = 40, .features = false, .salt = 14});
+  const RunResult clean = RunOnCpu(step, 0);
+  ASSERT_TRUE(clean.status.ok());
+  const VerifyInputs in = step.Inputs();
+  int dead = 0, alive = 0;
+  for (int32_t r = 0; r < in.num_requests; ++r) {
+    const int32_t ftp = in.first_token_positions[r];
+    const int32_t final_k = clean.out.last_valid_offset[r];
+    if (final_k + 1 >= in.seqlen_q[r] - 1) continue;  // no verify row after the final one
+    // The row after the final row: never emitted, its p never read.
+    const int32_t j = ftp - r + final_k + 1;
+    step.draft_probs()[static_cast<size_t>(j) * in.vocab_size + 5] = NAN;
+    EXPECT_EQ(clean.out.candidate_token_ids[ftp + final_k + 1] < 0,
+              !clean.out.raw_accept[ftp + final_k + 1]);
+    ++dead;
+  }
+  ASSERT_GT(dead, 10);
+  const RunResult cpu = RunOnCpu(step, 0);
+  const RunResult gpu = RunOnGpu(step, 0);
+  ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+  ASSERT_TRUE(gpu.status.ok()) << gpu.status;
+  EXPECT_EQ(gpu.out.candidate_token_ids, cpu.out.candidate_token_ids);
+  EXPECT_EQ(gpu.out.sampled_token_ids, cpu.out.sampled_token_ids);
+  // A NaN in a final rejected row's p is read and reported by both.
+  for (int32_t r = 0; r < in.num_requests && alive == 0; ++r) {
+    const int32_t k = clean.out.last_valid_offset[r];
+    const int32_t row = in.first_token_positions[r] + k;
+    if (!clean.out.is_verify[row]) continue;
+    step.draft_probs()[static_cast<size_t>(row - r) * in.vocab_size + 5] = NAN;
+    ++alive;
+  }
+  ASSERT_EQ(alive, 1);
+  const RunResult cpu_bad = RunOnCpu(step, 0);
+  const RunResult gpu_bad = RunOnGpu(step, 0);
+  ASSERT_FALSE(cpu_bad.status.ok());
+  EXPECT_EQ(gpu_bad.status, cpu_bad.status);
 }
 
 TEST(VerifySamplerGpuTest, WorkspaceIsReadyAgainAfterEveryLaunch) {

@@ -573,6 +573,37 @@ TEST(VerifySamplerTest, CapAcceptStopsAtThePlannedLength) {
   EXPECT_THAT(out.num_verified_tokens, ElementsAre(1, 1, 0, 0, 0));
 }
 
+// Row 0 rejects its draft, so rows 1..3 can never be emitted: row 1 still
+// reports its own accept, row 2 (a rejection) draws no residual and reads
+// none of its p (a NaN there goes unnoticed), the bonus row draws nothing.
+// Once row 0 accepts, row 2 is the final row: it reads p and reports the NaN.
+TEST(VerifySamplerTest, RowsAfterARejectionDrawNothing) {
+  const int32_t v = 16;
+  VerifyRequest r;
+  r.draft_token_ids = {1, 2, 3};
+  r.logits = {Certain(v, 5), Certain(v, 2), Certain(v, 4), Peak(v, 9)};
+  r.draft_probs = {OneHotP(v, 1), OneHotP(v, 2), OneHotP(v, 3)};
+  r.draft_probs[2][7] = std::numeric_limits<float>::quiet_NaN();
+  HostVerifyStep step(v, SamplerConfig{.nextn = 3});
+  step.Add(r);
+  const HostVerifyOutputs out = RunCpu(step);
+  EXPECT_THAT(out.raw_accept, ElementsAre(0, 1, 0, 1));
+  EXPECT_THAT(out.is_final, ElementsAre(1, 0, 0, 0));
+  EXPECT_THAT(out.candidate_token_ids, ElementsAre(5, 2, -1, -1));
+  EXPECT_THAT(out.token_logprobs, ElementsAre(0.0f, 0.0f, 0.0f, 0.0f));
+  EXPECT_EQ(out.sampled_token_ids[0], 5);
+  EXPECT_EQ(out.last_valid_offset[0], 0);
+
+  r.draft_token_ids[0] = 5;
+  HostVerifyStep alive(v, SamplerConfig{.nextn = 3});
+  alive.Add(r);
+  const VerifyInputs in = alive.Inputs();
+  HostVerifyOutputs failed(in);
+  VerifyOutputs view = failed.View();
+  EXPECT_THAT(VerifySampleCpu(in, &view).message(),
+              HasSubstr("row 2: draft probability of vocabulary id 7"));
+}
+
 TEST(VerifySamplerTest, StepsPastNextnCountInTheLastSlot) {
   const int32_t v = 8;
   HostVerifyStep step(v, SamplerConfig{.nextn = 2});

@@ -99,7 +99,7 @@ absl::StatusOr<std::unique_ptr<DeviceVerifyOutputs>> DeviceVerifyOutputs::Create
     o.confidence_stride = stride;
   }
   VERDICT_ASSIGN_OR_RETURN(o.error, b.Upload(nullptr, sizeof(VerifyErrorRecord)));
-  VERDICT_ASSIGN_OR_RETURN(o.workspace, b.Upload(nullptr, kVerifyWorkspaceBytes));
+  VERDICT_ASSIGN_OR_RETURN(o.workspace, b.Upload(nullptr, VerifyWorkspaceBytes(in.total_q)));
   return out;
 }
 

@@ -105,11 +105,6 @@ absl::StatusOr<std::unique_ptr<DeviceSampling>> DeviceSampling::Create(int vocab
   s->impl_ = std::make_unique<Impl>();
   VERDICT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&s->impl_->device));
   VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s->impl_->stream, cudaStreamNonBlocking));
-  // The verify launcher's workspace is zeroed once; each launch leaves it
-  // zeroed again.
-  if (absl::Status st = s->impl_->workspace.Reserve(kVerifyWorkspaceBytes); !st.ok()) return st;
-  VERDICT_CUDA_RETURN_IF_ERROR(
-      cudaMemset(s->impl_->workspace.as<void>(), 0, kVerifyWorkspaceBytes));
   if (absl::Status st = s->impl_->draft_workspace.Reserve(kDraftSampleWorkspaceBytes); !st.ok()) {
     return st;
   }
@@ -300,6 +295,13 @@ absl::Status DeviceSampling::Verify(const VerifyInputs& params,
   out.next_draft_confidences = conf > 0 ? o.device<float>(nc) : nullptr;
   out.confidence_stride = host->confidence_stride;
   out.error = o.device<VerifyErrorRecord>(er);
+  // The launcher's workspace is zeroed when it grows; each launch leaves it
+  // zeroed again.
+  if (m.workspace.bytes() < static_cast<size_t>(VerifyWorkspaceBytes(t))) {
+    if (absl::Status s = m.workspace.Reserve(VerifyWorkspaceBytes(t)); !s.ok()) return s;
+    VERDICT_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(m.workspace.as<void>(), 0, m.workspace.bytes(), m.stream));
+  }
   out.workspace = m.workspace.as<void>();
   if (absl::Status s = InvokeVerifySample(in, &out, m.stream); !s.ok()) return s;
   if (absl::Status s = o.Download(m.stream); !s.ok()) return s;

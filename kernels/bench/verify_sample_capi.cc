@@ -33,7 +33,7 @@ verdict::VerifyOutputs Carve(void* base, int32_t total_q, int32_t num_requests, 
     return q;
   };
   const int64_t t = total_q, r = num_requests, s = nextn > 0 ? nextn : 0;
-  out.workspace = take(verdict::kVerifyWorkspaceBytes);
+  out.workspace = take(verdict::VerifyWorkspaceBytes(total_q));
   out.error = reinterpret_cast<verdict::VerifyErrorRecord*>(take(sizeof(verdict::VerifyErrorRecord)));
   out.row_to_req = reinterpret_cast<int32_t*>(take(4 * t));
   out.local_step = reinterpret_cast<int32_t*>(take(4 * t));
@@ -101,10 +101,10 @@ int32_t verdict_verify_sample(int32_t num_requests, int32_t total_q, int32_t voc
 
 // Waits for the stream, checks the step's error record, copies
 // last_valid_offset to `host_last_valid_offset` [num_requests] and counts the
-// verify rows whose draft was rejected (those read their whole p).
+// requests whose final row rejected its draft (those rows read their whole p).
 int32_t verdict_verify_read_result(void* outputs, int32_t total_q, int32_t num_requests,
                                    int32_t nextn, void* stream, int32_t* host_last_valid_offset,
-                                   int32_t* host_rejected_rows) {
+                                   int32_t* host_residual_rows) {
   int64_t bytes = 0;
   verdict::VerifyOutputs out = Carve(outputs, total_q, num_requests, nextn, &bytes);
   verdict::VerifyErrorRecord record;
@@ -115,15 +115,15 @@ int32_t verdict_verify_read_result(void* outputs, int32_t total_q, int32_t num_r
     LastError() = "verify sampler: copying the results back failed";
     return 1;
   }
-  std::vector<uint8_t> is_verify(total_q), raw(total_q);
+  std::vector<uint8_t> is_verify(total_q), is_final(total_q);
   if (total_q > 0 &&
       (cudaMemcpy(is_verify.data(), out.is_verify, total_q, cudaMemcpyDeviceToHost) != cudaSuccess ||
-       cudaMemcpy(raw.data(), out.raw_accept, total_q, cudaMemcpyDeviceToHost) != cudaSuccess)) {
+       cudaMemcpy(is_final.data(), out.is_final, total_q, cudaMemcpyDeviceToHost) != cudaSuccess)) {
     LastError() = "verify sampler: copying the row decisions back failed";
     return 1;
   }
-  *host_rejected_rows = 0;
-  for (int32_t row = 0; row < total_q; ++row) *host_rejected_rows += is_verify[row] && !raw[row];
+  *host_residual_rows = 0;
+  for (int32_t row = 0; row < total_q; ++row) *host_residual_rows += is_verify[row] && is_final[row];
   if (record.key != 0) {
     LastError() = "verify sampler: input error code " +
                   std::to_string(static_cast<uint32_t>(verdict::verify_internal::ErrorCode(record.key))) +

@@ -13,8 +13,8 @@ One process, one set of PyTorch tensors per size, three implementations:
               with the softmax in front ("logits in", the same work as ours).
 
 Sizes: R requests x (nextn + 1) rows (R = 0: one row, no drafts), dense
-draft distributions (random, so most drafts are rejected and every verify
-row reads its p), temperature 1. Small sizes rotate among input copies so
+draft distributions (random, so most first drafts are rejected and that row
+reads its whole p), temperature 1. Small sizes rotate among input copies so
 that no implementation is timed out of L2. Each time is the median over
 repeats of (CUDA events around `launches` back-to-back calls) / launches.
 
@@ -99,14 +99,14 @@ class Ours:
 
     def check(self, case, outputs):
         lvo = (ctypes.c_int32 * case["requests"])()
-        rejected = ctypes.c_int32(0)
+        residual_rows = ctypes.c_int32(0)
         stream = torch.cuda.current_stream().cuda_stream
         rc = self.lib.verdict_verify_read_result(
             outputs.data_ptr(), case["rows"], case["requests"], case["nextn"], stream,
-            ctypes.cast(lvo, ctypes.c_void_p), ctypes.byref(rejected))
+            ctypes.cast(lvo, ctypes.c_void_p), ctypes.byref(residual_rows))
         if rc != 0:
             raise RuntimeError(self.error())
-        return sum(lvo) / case["requests"], rejected.value
+        return sum(lvo) / case["requests"], residual_rows.value
 
 
 def torch_eager(case, inputs):
@@ -255,13 +255,13 @@ def main():
             if ours:
                 outputs = ours.outputs(case["rows"], case["requests"], args.nextn)
                 ours.run(case, sets[0], outputs)
-                mean_accepted, rejected = ours.check(case, outputs)
+                mean_accepted, residual_rows = ours.check(case, outputs)
                 row["ours_us"] = time_us(lambda s: ours.run(case, s, outputs), sets,
                                          args.launches, args.repeats)
                 ours.check(case, outputs)
                 row["ours_mean_accepted"] = mean_accepted
-                row["rejected_rows"] = rejected
-                row["bytes_min"] = (case["rows"] + rejected) * vocab * 4.0
+                row["residual_rows"] = residual_rows
+                row["bytes_min"] = (case["rows"] + residual_rows) * vocab * 4.0
             row["torch_us"] = time_us(lambda s: torch_eager(case, s), sets, args.launches,
                                       args.repeats)
             if flashinfer and case["drafts"]:
@@ -293,12 +293,12 @@ def main():
         "",
         "One step of speculative verification and sampling: R requests x (nextn + 1) rows "
         f"(nextn {args.nextn}; R = 0 is one row without drafts), float32 target logits, dense "
-        "draft distributions, temperature 1, random drafts (most are rejected, so every verify "
-        "row also reads its p: the most expensive path). Inputs rotate among copies so that "
+        "draft distributions, temperature 1, random drafts (most requests reject their first "
+        "draft, whose row then also reads its p). Inputs rotate among copies so that "
         "small steps are not served from L2. Times are microseconds per step, the median of "
         "repeated batches of back-to-back calls (CUDA events); \"ours (C++, graph)\" replays "
-        "the launches from a CUDA graph. Bytes (min) = every logit once plus p of every rejected "
-        "row once; the floor is that over the copy bandwidth. PyTorch eager is the reference in "
+        "the launches from a CUDA graph. Bytes (min) = every logit once plus p of each request's "
+        "final row where that row rejected its draft (the only p a step needs); the floor is that over the copy bandwidth. PyTorch eager is the reference in "
         "kernels/bench/verify_sample_peers.py; FlashInfer's chain_speculative_sampling takes "
         "probabilities, so it is timed on probabilities and with the softmax in front.",
         "",
