@@ -156,6 +156,9 @@ ServingMetrics::ServingMetrics(std::shared_ptr<prometheus::Registry> registry)
       num_draft_tokens_(Gauge(*registry_, "verdict_num_draft_tokens",
                               "Draft tokens proposed per request and step (gamma)")),
       decode_steps_(Counter(*registry_, "verdict_decode_steps_total", "Decode steps run")),
+      draft_seconds_(Histogram(*registry_, "verdict_step_draft_seconds",
+                               "Measured draft time of a step: the draft passes and their sampler",
+                               StepSecondsBuckets())),
       verify_seconds_(Histogram(*registry_, "verdict_step_verify_seconds",
                                 "Measured verify time of a step: target forward and sampler",
                                 StepSecondsBuckets())),
@@ -310,6 +313,7 @@ void ServingMetrics::RecordStep(const StepRecord& step) {
                           static_cast<double>(step.full_block_drafts));
   }
   step_verify_tokens_.Observe(static_cast<double>(step.verify_tokens));
+  draft_seconds_.Observe(step.draft_seconds);
   verify_seconds_.Observe(step.verify_seconds);
   collective_seconds_.Observe(step.collective_seconds);
   if (std::isfinite(step.predicted_seconds)) {

@@ -19,7 +19,8 @@
 //                 verdict_step_verify_tokens, verdict_planned_budget_ratio,
 //                 verdict_verify_mode_info{mode}, verdict_num_draft_tokens,
 //                 verdict_decode_steps_total
-//   planner       verdict_step_verify_seconds, verdict_step_predicted_seconds,
+//   planner       verdict_step_draft_seconds, verdict_step_verify_seconds,
+//                 verdict_step_predicted_seconds,
 //                 verdict_step_prediction_relative_error, verdict_plan_steps_total{reason},
 //                 verdict_estimator_ready, verdict_estimator_{fitted,slope,intercept}{position},
 //                 verdict_estimator_{observations,refits}_total{position},
@@ -87,6 +88,7 @@ struct StepRecord {
   int64_t planned_budget = 0;
   int64_t full_block_drafts = 0;
   int64_t verify_tokens = 0;       // target rows the step ran
+  double draft_seconds = 0;        // measured: the draft passes and their sampler
   double verify_seconds = 0;       // measured: target forward + sampler
   double predicted_seconds = 0;    // the cost table's; NaN (not recorded) without one
   double collective_seconds = 0;   // this rank's time inside collectives during the step
@@ -179,6 +181,7 @@ class ServingMetrics {
   prometheus::Gauge& num_draft_tokens_;
   prometheus::Counter& decode_steps_;
   // planner
+  prometheus::Histogram& draft_seconds_;
   prometheus::Histogram& verify_seconds_;
   prometheus::Histogram& predicted_seconds_;
   prometheus::Histogram& prediction_error_;

@@ -84,6 +84,7 @@ TEST(ServingMetricsTest, StepRecordsSpeculationAndPlannerFigures) {
   step.planned_budget = 4;
   step.full_block_drafts = 6;
   step.verify_tokens = 6;
+  step.draft_seconds = 0.005;
   step.verify_seconds = 0.020;
   step.predicted_seconds = 0.025;
   step.collective_seconds = 0.003;
@@ -110,6 +111,7 @@ TEST(ServingMetricsTest, StepRecordsSpeculationAndPlannerFigures) {
   EXPECT_THAT(text, HasSubstr("verdict_planned_budget_ratio_bucket{le=\"0.7\"} 1"));
   EXPECT_THAT(text, HasSubstr("verdict_step_verify_tokens_sum 6"));
   EXPECT_THAT(text, HasSubstr("verdict_step_verify_seconds_sum 0.02"));
+  EXPECT_THAT(text, HasSubstr("verdict_step_draft_seconds_sum 0.005"));
   EXPECT_THAT(text, HasSubstr("verdict_step_predicted_seconds_sum 0.025"));
   // |0.025 - 0.020| / 0.020 = 0.25.
   EXPECT_THAT(text, HasSubstr("verdict_step_prediction_relative_error_sum 0.25"));

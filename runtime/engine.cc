@@ -927,6 +927,7 @@ void Engine::RecordStepMetrics(const PlannedStep& step, const StepOutcome& outco
   record.planned_budget = step.budget;
   record.full_block_drafts = static_cast<int64_t>(drafts.size()) * g;
   record.verify_tokens = outcome.verify_tokens;
+  record.draft_seconds = outcome.draft_nanoseconds * 1e-9;
   record.verify_seconds = outcome.verify_nanoseconds * 1e-9;
   record.predicted_seconds = step.predicted_seconds;
   record.collective_seconds = collective_seconds;

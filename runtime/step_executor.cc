@@ -102,7 +102,10 @@ absl::Status StepExecutor::ProposeDrafts(const StepJob& job, StepOutcome* outcom
   if (options_.device_sampling == nullptr) {
     draft_probs_.assign(static_cast<size_t>(b) * g * options_.vocab_size, 0.0f);
   }
-  return RunDrafts(batch_, outcome);
+  const absl::Time draft_start = absl::Now();
+  absl::Status status = RunDrafts(batch_, outcome);
+  outcome->draft_nanoseconds = absl::ToInt64Nanoseconds(absl::Now() - draft_start);
+  return status;
 }
 
 absl::Status StepExecutor::RunDrafts(const std::vector<DeviceRequest*>& batch,

@@ -99,6 +99,7 @@ struct StepOutcome {
   // none was proposed).
   std::vector<float> signals;
   int64_t verify_tokens = 0;           // target rows of the verify forward
+  int64_t draft_nanoseconds = 0;       // the draft passes and their sampler
   int64_t verify_nanoseconds = 0;      // the verify forward and the sampler
   int64_t collective_nanoseconds = 0;  // in the models' collectives, whole job
 };

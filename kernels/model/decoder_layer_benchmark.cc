@@ -1,6 +1,8 @@
 // Times the Llama decoder's device ops on an 8B Llama-3 shape (hidden 4096,
 // 32 heads, 8 KV heads, head_dim 128, MLP 14336, vocabulary 128256, 32
-// layers) with random bf16 weights, for speculative-verify steps: every
+// layers), or with --shape=llama-3.2-1b the 1B draft's (hidden 2048, 32
+// heads, 8 KV heads, head_dim 64, MLP 8192, 16 layers), with random bf16
+// weights, for speculative-verify steps: every
 // request brings --query_tokens tokens on top of --context cached ones.
 //
 // For each batch size it reports, from CUDA events (median of --reps after
@@ -54,7 +56,8 @@ ABSL_FLAG(std::string, out, "", "path of the JSON report (else the first positio
 ABSL_FLAG(std::string, batches, "1,8,64", "comma-separated batch sizes (requests per step)");
 ABSL_FLAG(int, query_tokens, 6, "query tokens per request (1 + draft tokens)");
 ABSL_FLAG(int, context, 512, "tokens already cached per request before the step");
-ABSL_FLAG(int, layers, 32, "decoder layers in the full-step graph");
+ABSL_FLAG(int, layers, -1, "decoder layers in the full-step graph (-1: the shape's)");
+ABSL_FLAG(std::string, shape, "llama-3.1-8b", "model shape: llama-3.1-8b or llama-3.2-1b");
 ABSL_FLAG(int, tp, 1, "tensor-parallel degree: time one rank's shard");
 ABSL_FLAG(int, reps, 30, "timed repetitions (median reported)");
 ABSL_FLAG(int, block_size, 16, "KV cache block size");
@@ -497,7 +500,18 @@ int Main(int argc, char** argv) {
   const int tp = absl::GetFlag(FLAGS_tp);
 
   Model m;
-  m.shape.layers = absl::GetFlag(FLAGS_layers);
+  const std::string shape_name = absl::GetFlag(FLAGS_shape);
+  if (shape_name == "llama-3.2-1b") {
+    m.shape.hidden = 2048;
+    m.shape.head_dim = 64;
+    m.shape.inter = 8192;
+    m.shape.layers = 16;
+  } else if (shape_name != "llama-3.1-8b") {
+    std::fprintf(stderr, "--shape must be llama-3.1-8b or llama-3.2-1b, not %s\n",
+                 shape_name.c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_layers) > 0) m.shape.layers = absl::GetFlag(FLAGS_layers);
   if (tp < 1 || m.shape.heads % tp || m.shape.kv_heads % tp || m.shape.inter % tp) {
     std::fprintf(stderr, "--tp must divide heads, KV heads and the MLP width\n");
     return 2;

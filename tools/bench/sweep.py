@@ -256,9 +256,12 @@ def run_configuration(args, config):
 
 
 # Counters of the server's own report that the runs table shows: how many
-# decode steps ran, and how often the ranks compared plans and disagreed.
+# decode steps ran, how often the ranks compared plans and disagreed, and
+# where a step's time went (draft passes, verify).
 SERVER_COUNTERS = ("verdict_decode_steps_total", "verdict_plan_checks_total",
-                   "verdict_plan_mismatches_total")
+                   "verdict_plan_mismatches_total",
+                   "verdict_step_draft_seconds_sum", "verdict_step_draft_seconds_count",
+                   "verdict_step_verify_seconds_sum", "verdict_step_verify_seconds_count")
 
 
 def scrape_counters(port, path):
@@ -279,6 +282,16 @@ def scrape_counters(port, path):
         if name in SERVER_COUNTERS:
             counters[name] = float(value)
     return counters
+
+
+def step_split(counters):
+    """Mean draft and verify milliseconds per decode step, from the histograms."""
+    means = []
+    for phase in ("draft", "verify"):
+        total = counters.get(f"verdict_step_{phase}_seconds_sum")
+        count = counters.get(f"verdict_step_{phase}_seconds_count")
+        means.append(None if not count else 1e3 * total / count)
+    return " / ".join(fmt(m, 2) for m in means)
 
 
 def fmt(value, decimals):
@@ -361,8 +374,8 @@ def comparison_markdown(args, configs):
         lines.append("")
     lines += ["## Runs", "",
               "| configuration | server flags | requests | decode steps | plan checks "
-              "(mismatches) | status |",
-              "|---|---|---:|---:|---:|---|"]
+              "(mismatches) | draft / verify ms per step | status |",
+              "|---|---|---:|---:|---:|---:|---|"]
     for c in configs:
         completed = failed = 0
         for p in (c.report or {}).get("points", []):
@@ -374,7 +387,7 @@ def comparison_markdown(args, configs):
         mismatches = c.counters.get("verdict_plan_mismatches_total")
         plan = "-" if checks is None else f"{checks:.0f} ({mismatches or 0:.0f})"
         lines.append(f"| {c.name} | `{shlex.join(c.flags)}` | {requests} | "
-                     f"{fmt(steps, 0)} | {plan} | {c.status} |")
+                     f"{fmt(steps, 0)} | {plan} | {step_split(c.counters)} | {c.status} |")
     return "\n".join(lines) + "\n"
 
 
