@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -40,8 +41,13 @@ namespace {
 using namespace sampling_math;  // NOLINT: the arithmetic vocabulary of this file
 using draft_internal::FixedWeight;
 
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / 32;
+// Threads per CTA, chosen per launch: 1024 while the rows leave an SM to
+// each CTA (a lone row's passes are bound by its CTA's issue rate), else 512
+// so that two CTAs share an SM (measured on the H200: docs/PERF.md).
+constexpr int kMaxThreads = 1024;
+constexpr int kMaxWarps = kMaxThreads / 32;
+__device__ __forceinline__ int Threads() { return static_cast<int>(blockDim.x); }
+__device__ __forceinline__ int Warps() { return static_cast<int>(blockDim.x >> 5); }
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
 constexpr int32_t kNoId = 0x7FFFFFFF;
 
@@ -84,11 +90,11 @@ struct Shared {
   uint32_t count_ge;
   unsigned long long above;
   // Per-warp partials of block reductions, and their broadcast results.
-  float warp_f[kWarps];
-  int32_t warp_i[kWarps];
-  unsigned long long warp_u[kWarps];
-  uint32_t warp_pivot_count[kWarps][kPivots];
-  unsigned long long warp_pivot_mass[kWarps][kPivots];
+  float warp_f[kMaxWarps];
+  int32_t warp_i[kMaxWarps];
+  unsigned long long warp_u[kMaxWarps];
+  uint32_t warp_pivot_count[kMaxWarps][kPivots];
+  unsigned long long warp_pivot_mass[kMaxWarps][kPivots];
   float result_f;
   int32_t result_i;
   unsigned long long result_u;
@@ -126,7 +132,7 @@ __device__ void BlockBestPair(float* value, int32_t* id, Shared& s, Beats beats)
   if (threadIdx.x == 0) {
     float v = s.warp_f[0];
     int32_t i = s.warp_i[0];
-    for (int w = 1; w < kWarps; ++w) {
+    for (int w = 1; w < Warps(); ++w) {
       if (beats(s.warp_f[w], s.warp_i[w], v, i)) {
         v = s.warp_f[w];
         i = s.warp_i[w];
@@ -147,7 +153,7 @@ __device__ int32_t BlockMin(int32_t v, Shared& s) {
   if (Lane() == 0) s.warp_i[Warp()] = v;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < kWarps; ++w) v = min(v, s.warp_i[w]);
+    for (int w = 1; w < Warps(); ++w) v = min(v, s.warp_i[w]);
     s.result_i = v;
   }
   __syncthreads();
@@ -159,7 +165,7 @@ __device__ unsigned long long BlockSum(unsigned long long v, Shared& s) {
   if (Lane() == 0) s.warp_u[Warp()] = v;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < kWarps; ++w) v += s.warp_u[w];
+    for (int w = 1; w < Warps(); ++w) v += s.warp_u[w];
     s.result_u = v;
   }
   __syncthreads();
@@ -186,7 +192,7 @@ __device__ void BlockSumPivots(uint32_t (&count)[kPivots], unsigned long long (&
     const int j = threadIdx.x;
     uint32_t c = 0;
     unsigned long long m = 0;
-    for (int w = 0; w < kWarps; ++w) {
+    for (int w = 0; w < Warps(); ++w) {
       c += s.warp_pivot_count[w][j];
       m += s.warp_pivot_mass[w][j];
     }
@@ -245,7 +251,7 @@ struct RowSource {
   template <typename F>
   __device__ void ForEach(F f) const {
     const int32_t groups = row.groups();
-    for (int32_t base = 0; base < groups; base += kThreads) {
+    for (int32_t base = 0; base < groups; base += Threads()) {
       const int32_t g = base + static_cast<int32_t>(threadIdx.x);
       float z[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
       if (g < groups) row.Load(g, z);
@@ -260,7 +266,7 @@ struct ListSource {
   int32_t size;
   template <typename F>
   __device__ void ForEach(F f) const {
-    for (int32_t base = 0; base < size; base += kThreads) {
+    for (int32_t base = 0; base < size; base += Threads()) {
       const int32_t i = base + static_cast<int32_t>(threadIdx.x);
       f(i < size ? z[i] : kNegInf, i < size);
     }
@@ -303,7 +309,7 @@ __device__ void HistogramAdd(bool valid, uint32_t bin, unsigned long long weight
 }
 
 __device__ void ClearHistogram(Shared& s) {
-  for (int i = threadIdx.x; i < 256; i += kThreads) {
+  for (int i = threadIdx.x; i < 256; i += Threads()) {
     s.hist_count[i] = 0;
     s.hist_mass[i] = 0;
   }
@@ -498,7 +504,7 @@ __device__ Scan ScanRow(const RowView& row, Shared& s) {
   float best = kNegInf;
   int32_t best_id = kNoId;
   int32_t bad = kNoId;
-  for (int32_t g = threadIdx.x; g < row.groups(); g += kThreads) {
+  for (int32_t g = threadIdx.x; g < row.groups(); g += Threads()) {
     float z[4];
     row.Load(g, z);
 #pragma unroll
@@ -530,7 +536,7 @@ __device__ unsigned long long MassPass(const RowView& row, const Scan& scan, boo
   unsigned long long total = 0;
   uint32_t count[kPivots] = {};
   unsigned long long mass[kPivots] = {};
-  for (int32_t g = threadIdx.x; g < row.groups(); g += kThreads) {
+  for (int32_t g = threadIdx.x; g < row.groups(); g += Threads()) {
     float z[4];
     row.Load(g, z);
 #pragma unroll
@@ -634,7 +640,7 @@ __device__ int32_t ProposalPass(const RowView& row, const Scan& scan, const Kept
   const float mass = FixedToFloat(kept.mass);
   float best_key = 0.0f;
   int32_t best_id = kNoId;
-  for (int32_t g = threadIdx.x; g < row.groups(); g += kThreads) {
+  for (int32_t g = threadIdx.x; g < row.groups(); g += Threads()) {
     float z[4];
     row.Load(g, z);
     float p[4];
@@ -726,7 +732,7 @@ __device__ void FinishRow(const KernelArgs& a, uint64_t error_key) {
   atomicExch(&ws->done, 0u);
 }
 
-__global__ void __launch_bounds__(kThreads, 2) DraftSampleKernel(const __grid_constant__ KernelArgs a) {
+__global__ void __launch_bounds__(kMaxThreads, 1) DraftSampleKernel(const __grid_constant__ KernelArgs a) {
   __shared__ Shared s;
   const int32_t row = static_cast<int32_t>(blockIdx.x);
   const uint64_t error_key = row < a.in.num_rows ? SampleRow(a, row, s) : 0;
@@ -734,6 +740,19 @@ __global__ void __launch_bounds__(kThreads, 2) DraftSampleKernel(const __grid_co
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Multiprocessors of the current device, looked up once per device.
+int MultiprocessorCount() {
+  static std::atomic<int> counts[64];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+  int count = counts[device].load(std::memory_order_relaxed);
+  if (count == 0 &&
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) {
+    counts[device].store(count, std::memory_order_relaxed);
+  }
+  return count;
+}
 
 }  // namespace
 
@@ -751,7 +770,8 @@ absl::Status DraftSampleCuda(const DraftSampleInputs& in, DraftSampleOutputs* ou
   args.grid_rows = std::max(in.num_rows, 1);
   args.vector_logits = in.vocab_size % 4 == 0 && Aligned16(in.logits);
   args.vector_probs = in.vocab_size % 4 == 0 && Aligned16(out->probs);
-  DraftSampleKernel<<<args.grid_rows, kThreads, 0, stream>>>(args);
+  const int threads = args.grid_rows <= MultiprocessorCount() ? kMaxThreads : kMaxThreads / 2;
+  DraftSampleKernel<<<args.grid_rows, threads, 0, stream>>>(args);
   VERDICT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

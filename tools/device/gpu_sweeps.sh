@@ -10,7 +10,8 @@
 #   8b-1b-0.6    simulated acceptance 0.8 or 0.6, every mode + speculation off
 # Environment: TP (default 1), OVERLAP (default "off,on"), CONCURRENCY
 # (default 1,4,16,64), MAX_TOKENS (default 256), MODES (default all three),
-# BASELINE=0 (leave out speculation off), EXTRA_SERVER_ARGS (e.g. a cost table).
+# BASELINE=0 (leave out speculation off), TEMPERATURE (default 0),
+# EXTRA_SERVER_ARGS (e.g. a cost table).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 set_name=${1:?usage: gpu_sweeps.sh SET [OUT_DIR]}
@@ -32,6 +33,6 @@ esac
 python3 tools/bench/sweep.py --verdict "$bundle/bin/runtime/verdict" \
   --tp "${TP:-1}" --overlap "${OVERLAP:-off,on}" --modes "${MODES:-static,cap-accept,compact}" \
   --concurrency "${CONCURRENCY:-1,4,16,64}" --max-tokens "${MAX_TOKENS:-256}" \
-  --temperature 0 --server-args "$server_args ${EXTRA_SERVER_ARGS:-}" --no-plot \
+  --temperature "${TEMPERATURE:-0}" --server-args "$server_args ${EXTRA_SERVER_ARGS:-}" --no-plot \
   $([[ "${BASELINE:-1}" == 0 ]] && echo --no-baseline) \
   --out "$out"
