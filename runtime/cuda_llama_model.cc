@@ -73,16 +73,19 @@ class CudaLlamaModel : public ModelRunner {
   ~CudaLlamaModel() override {
     cudaSetDevice(device_);
     DropGraphs();
+    if (meta_uploaded_ != nullptr) cudaEventDestroy(meta_uploaded_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
   void set_cuda_graphs(bool on) { cuda_graphs_ = on; }
+  void set_skinny_gemm(bool on) { skinny_gemm_ = on; }
 
   absl::Status Init(const WeightSource& source, int load_threads);
 
   const ModelConfig& config() const override { return config_; }
   absl::Status Forward(const ForwardBatch& batch, float* logits) override;
   bool logits_on_device_ok() const override { return true; }
+  void* device_queue() const override { return stream_; }
 
  private:
   // One pass over the layers for `batch`, whose requests each bring at most
@@ -120,8 +123,11 @@ class CudaLlamaModel : public ModelRunner {
   DeviceBuffer inv_freq_;
   std::vector<DeviceLayer> layers_;
 
-  // Per-step buffers, grown to the largest step seen.
+  // Per-step buffers, grown to the largest step seen. host_meta_ is free
+  // again once meta_uploaded_ (recorded after its upload) has passed: a pass
+  // that did not wait may still be reading it.
   PinnedBuffer host_meta_;
+  cudaEvent_t meta_uploaded_ = nullptr;
   DeviceBuffer meta_;
   DeviceBuffer residual_, normed_, qkv_, attn_, o_out_, gate_up_, act_, mlp_out_;
   DeviceBuffer selected_, local_logits_, gathered_, full_logits_, attn_workspace_;
@@ -136,6 +142,7 @@ class CudaLlamaModel : public ModelRunner {
     bool failed = false;  // capture refused: this shape stays eager
   };
   bool cuda_graphs_ = true;
+  bool skinny_gemm_ = false;  // before Init
   std::map<GraphKey, GraphEntry> graphs_;
 };
 
@@ -185,7 +192,10 @@ absl::Status CudaLlamaModel::EnqueueMaybeGraph(const Key& key, bool graphable,
 absl::Status CudaLlamaModel::Init(const WeightSource& source, int load_threads) {
   VERDICT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  absl::StatusOr<std::unique_ptr<Gemm>> gemm = Gemm::Create();
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&meta_uploaded_, cudaEventDisableTiming));
+  GemmOptions gemm_options;
+  gemm_options.skinny_small_m = skinny_gemm_;
+  absl::StatusOr<std::unique_ptr<Gemm>> gemm = Gemm::Create(gemm_options);
   if (!gemm.ok()) return gemm.status();
   gemm_ = *std::move(gemm);
   if (absl::Status s = LoadWeights(source, load_threads); !s.ok()) return s;
@@ -324,6 +334,14 @@ absl::Status CudaLlamaModel::LoadWeights(const WeightSource& source, int load_th
 
 absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, float* logits) {
   if (absl::Status s = ValidateForwardBatch(batch, config_, *kv_cache_); !s.ok()) return s;
+  if (batch.device_token_ids != nullptr) {
+    for (const ForwardRequest& r : batch.requests) {
+      if (r.token_ids.size() != 1) {
+        return absl::InvalidArgumentError(
+            "device token ids need exactly one query token per request");
+      }
+    }
+  }
   VERDICT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   const size_t n = batch.requests.size();
   std::vector<int64_t> dst_rows(n);
@@ -407,6 +425,9 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
       if (moved > 0) model->DropGraphs();
     }
   } drop_graphs_if_moved{this, moved};
+  // The previous pass may not have waited: its metadata upload must be done
+  // before the host buffer is rewritten (or reallocated).
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(meta_uploaded_));
   if (absl::Status s = host_meta_.Reserve(total * sizeof(int32_t), &moved); !s.ok()) return s;
   if (absl::Status s = meta_.Reserve(total * sizeof(int32_t), &moved); !s.ok()) return s;
   int32_t* h = host_meta_.as<int32_t>();
@@ -500,11 +521,20 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   uint16_t* mlp_out = mlp_out_.as<uint16_t>();
   const int qkv_stride = sh.qkv_size();
 
-  // Everything from the metadata upload to the LM head's logits in
+  // The metadata goes up first; device-resident token ids then overwrite
+  // the (placeholder) ids the host wrote.
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.as<int32_t>(), h, total * sizeof(int32_t),
+                                               cudaMemcpyHostToDevice, stream_));
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaEventRecord(meta_uploaded_, stream_));
+  if (batch.device_token_ids != nullptr) {
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.as<int32_t>() + o_ids,
+                                                 batch.device_token_ids, t * sizeof(int32_t),
+                                                 cudaMemcpyDeviceToDevice, stream_));
+  }
+
+  // Everything from the embedding to the LM head's logits in
   // local_logits_: the part a CUDA graph replays.
   auto enqueue = [&]() -> absl::Status {
-    VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.as<int32_t>(), h, total * sizeof(int32_t),
-                                                 cudaMemcpyHostToDevice, stream_));
     // ---- Embedding (vocab-parallel: zeros outside this rank's rows). ----
     const EmbeddingShard shard{tp_.rank * sh.vocab_shard, (tp_.rank + 1) * sh.vocab_shard,
                                sh.hidden};
@@ -607,6 +637,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
       EnqueueMaybeGraph(GraphKey{b, t, max_query, max_table, kv_bound}, graphable, enqueue);
   if (!s.ok()) return s;
   if (out_rows == 0) {
+    if (!batch.wait) return absl::OkStatus();
     // The timed wait first: a dead peer's collective never completes, and
     // only the communicator's wait turns that into an error.
     if (tp_.size > 1) {
@@ -652,6 +683,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
                           src_pitch, row_bytes, want, cudaMemcpyDefault, stream_));
     src_row += want;
   }
+  if (!batch.wait) return absl::OkStatus();
   if (tp_.size > 1) {
     if (s = comm_->Synchronize(stream_); !s.ok()) return s;
   }
@@ -692,6 +724,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaLlamaModel(const ModelCon
   if (device < 0) VERDICT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   auto model = std::make_unique<CudaLlamaModel>(config, kv_cache, device_comm, tp, device);
   model->set_cuda_graphs(options.cuda_graphs);
+  model->set_skinny_gemm(options.skinny_gemm);
   if (absl::Status s = model->Init(source, options.load_threads); !s.ok()) return s;
   return std::unique_ptr<ModelRunner>(std::move(model));
 }

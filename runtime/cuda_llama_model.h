@@ -38,6 +38,13 @@ struct CudaModelOptions {
   // every row wants logits: draft and verify steps). The same kernels run
   // either way, so the logits are the same bits.
   bool cuda_graphs = true;
+  // Products of a few rows run the skinny GEMM (kernels/model/gemm.h,
+  // GemmOptions::skinny_small_m): faster for a draft's decode passes, but
+  // summed in another order than larger products, so a model's decode rows
+  // then differ in the last bits from the same rows in a larger pass. The
+  // engine turns it on for the draft only: the target's verify rows must
+  // equal its decode rows (greedy speculation equals greedy decoding).
+  bool skinny_gemm = false;
 };
 
 // Loads this rank's shard as bf16 into device memory and allocates the

@@ -8,6 +8,8 @@
 // relative L2 error must stay below kRelTolerance (a few bf16 ulps, 2^-8
 // each), and every row whose CPU top-1 leads its runner-up by a clear margin
 // must pick the same token.
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -253,6 +255,82 @@ TEST(CudaLlamaModelTest, GraphReplayEqualsEagerLaunches) {
     ASSERT_TRUE(models[1]->Forward(verify, eager.data()).ok()) << "step " << step;
     ASSERT_EQ(with_graphs, eager) << "step " << step;
   }
+}
+
+// The draft loop's passes: token ids read from device memory and a pass
+// that returns before its logits are written give the same logits, bit for
+// bit, as host token ids and a waiting pass (graph capture and replay
+// included: every pass has the same shape).
+TEST(CudaLlamaModelTest, DeviceTokenIdsWithoutWaitingEqualHostTokens) {
+  auto config = LoadModelConfig("models/draft");
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto weights = OpenCheckpointWeights("models/draft");
+  ASSERT_TRUE(weights.ok());
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<std::unique_ptr<ModelRunner>> models;
+  for (int m = 0; m < 2; ++m) {
+    caches.push_back(MakeKvCache(*config, 6));
+    ASSERT_NE(caches.back(), nullptr);
+    models.push_back(MakeCudaModel(*config, **weights, caches.back().get()));
+    ASSERT_NE(models.back(), nullptr);
+  }
+  ASSERT_NE(models[1]->device_queue(), nullptr);
+  const int vocab = config->vocab_size;
+  const int n = 3;
+  std::mt19937 rng(22);
+  std::vector<int> handles;
+  for (auto& kv : caches) {
+    handles.clear();
+    for (int i = 0; i < n; ++i) handles.push_back(*kv->Allocate(200));
+  }
+  std::vector<std::vector<int32_t>> prompts(n);
+  ForwardBatch prefill;
+  for (int i = 0; i < n; ++i) {
+    prompts[i] = RandomTokens(rng, 40 + 7 * i, vocab);
+    prefill.requests.push_back({handles[i], 0, prompts[i], 1});
+  }
+  for (auto& m : models) {
+    std::vector<float> out(n * vocab);
+    ASSERT_TRUE(m->Forward(prefill, out.data()).ok());
+  }
+  int32_t* device_ids = nullptr;
+  float* device_logits = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device_ids), n * sizeof(int32_t)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device_logits), static_cast<size_t>(n) * vocab * sizeof(float)),
+            cudaSuccess);
+  const std::vector<int32_t> placeholders(n, 0);
+  for (int pass = 0; pass < 6; ++pass) {
+    const std::vector<int32_t> ids = RandomTokens(rng, n, vocab);
+    ForwardBatch host, device;
+    for (int i = 0; i < n; ++i) {
+      const int64_t position = static_cast<int64_t>(prompts[i].size()) + pass;
+      host.requests.push_back({handles[i], position, absl::MakeConstSpan(&ids[i], 1), 1});
+      device.requests.push_back(
+          {handles[i], position, absl::MakeConstSpan(&placeholders[i], 1), 1});
+    }
+    device.device_token_ids = device_ids;
+    device.wait = false;
+    ASSERT_EQ(cudaMemcpy(device_ids, ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    std::vector<float> expected(n * vocab), got(n * vocab);
+    ASSERT_TRUE(models[0]->Forward(host, expected.data()).ok()) << "pass " << pass;
+    ASSERT_TRUE(models[1]->Forward(device, device_logits).ok()) << "pass " << pass;
+    auto* queue = static_cast<cudaStream_t>(models[1]->device_queue());
+    ASSERT_EQ(cudaMemcpyAsync(got.data(), device_logits, got.size() * sizeof(float),
+                              cudaMemcpyDeviceToHost, queue),
+              cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(queue), cudaSuccess);
+    ASSERT_EQ(got, expected) << "pass " << pass;
+  }
+  // More than one query token per request cannot take device ids.
+  ForwardBatch two;
+  const std::vector<int32_t> pair = {1, 2};
+  two.requests.push_back({handles[0], static_cast<int64_t>(prompts[0].size()) + 6, pair, 1});
+  two.device_token_ids = device_ids;
+  std::vector<float> out(vocab);
+  EXPECT_FALSE(models[1]->Forward(two, out.data()).ok());
+  cudaFree(device_ids);
+  cudaFree(device_logits);
 }
 
 // The bundled target: a prompt, then greedy decoding fed with the CPU's

@@ -94,6 +94,12 @@ struct DeviceSampling::Impl {
   DeviceBuffer draft_logits, verify_logits, draft_probs, store, packed, workspace, draft_workspace;
   Staging draft_in, draft_out, verify_in, verify_out;
   int64_t store_rows = 0;
+  // The step's draft passes (BeginDrafts): their queue, rows, and where
+  // each array sits in the staging buffers.
+  cudaStream_t draft_stream = nullptr;
+  int draft_rows = 0;
+  size_t o_temp = 0, o_topk = 0, o_topp = 0, o_seed = 0, o_pos = 0;
+  size_t o_tokens = 0, o_signals = 0, o_errors = 0;
 
   ~Impl() {
     if (stream != nullptr) cudaStreamDestroy(stream);
@@ -134,65 +140,98 @@ absl::StatusOr<float*> DeviceSampling::VerifyLogits(int64_t rows) {
   return impl_->verify_logits.as<float>();
 }
 
-absl::Status DeviceSampling::SampleDrafts(const DraftSampleInputs& params, int j, int32_t* tokens,
-                                          float* signals) {
+absl::Status DeviceSampling::BeginDrafts(const DraftSampleInputs& params, void* stream) {
   Impl& m = *impl_;
   // The caller may be a worker thread (overlap scheduling).
   VERDICT_CUDA_RETURN_IF_ERROR(cudaSetDevice(m.device));
   const int n = params.num_rows;
+  m.draft_stream = stream != nullptr ? static_cast<cudaStream_t>(stream) : m.stream;
+  m.draft_rows = n;
   if (n == 0) return absl::OkStatus();
-  if (j < 0 || j >= gamma_) return absl::InvalidArgumentError(absl::StrCat("draft step ", j));
   const size_t row_bytes = static_cast<size_t>(vocab_) * sizeof(float);
-  if (j == 0 || n > m.store_rows) {
-    // A new step (or more rows): the store holds [n, gamma, vocab].
-    if (j != 0) return absl::InternalError("draft rows grew inside a step");
-    if (absl::Status s = m.store.Reserve(static_cast<size_t>(n) * gamma_ * row_bytes); !s.ok()) {
-      return s;
-    }
-    m.store_rows = n;
+  // The store holds [n, gamma, vocab]; a step's passes all fill it.
+  if (absl::Status s = m.store.Reserve(static_cast<size_t>(n) * gamma_ * row_bytes); !s.ok()) {
+    return s;
   }
-  m.draft_in.Clear();
-  const size_t o_temp = m.draft_in.Put(params.temperatures, n);
-  const size_t o_topk = m.draft_in.Put(params.top_ks, n);
-  const size_t o_topp = m.draft_in.Put(params.top_ps, n);
-  const size_t o_seed = m.draft_in.Put(params.seeds, n);
-  const size_t o_pos = m.draft_in.Put(params.positions, n);
-  if (absl::Status s = m.draft_in.Upload(m.stream); !s.ok()) return s;
-  m.draft_out.Clear();
-  const size_t o_tokens = m.draft_out.Add<int32_t>(n);
-  const size_t o_signals = m.draft_out.Add<float>(n);
-  const size_t o_error = m.draft_out.Add<DraftErrorRecord>(1);
-  if (absl::Status s = m.draft_out.Reserve(); !s.ok()) return s;
-
-  DraftSampleInputs in = params;
-  in.logits = m.draft_logits.as<float>();
-  in.temperatures = m.draft_in.device<float>(o_temp);
-  in.top_ks = m.draft_in.device<int32_t>(o_topk);
-  in.top_ps = m.draft_in.device<float>(o_topp);
-  in.seeds = m.draft_in.device<uint64_t>(o_seed);
-  in.positions = m.draft_in.device<int64_t>(o_pos);
+  m.store_rows = n;
   if (absl::Status s = m.draft_probs.Reserve(static_cast<size_t>(n) * row_bytes); !s.ok()) {
     return s;
   }
+  // Every pass's positions go up with the parameters: no upload between passes.
+  std::vector<int64_t> positions(static_cast<size_t>(gamma_) * n);
+  for (int j = 0; j < gamma_; ++j) {
+    for (int s = 0; s < n; ++s) positions[static_cast<size_t>(j) * n + s] = params.positions[s] + j;
+  }
+  m.draft_in.Clear();
+  m.o_temp = m.draft_in.Put(params.temperatures, n);
+  m.o_topk = m.draft_in.Put(params.top_ks, n);
+  m.o_topp = m.draft_in.Put(params.top_ps, n);
+  m.o_seed = m.draft_in.Put(params.seeds, n);
+  m.o_pos = m.draft_in.Put(positions.data(), positions.size());
+  if (absl::Status s = m.draft_in.Upload(m.draft_stream); !s.ok()) return s;
+  m.draft_out.Clear();
+  m.o_tokens = m.draft_out.Add<int32_t>(static_cast<size_t>(gamma_) * n);
+  m.o_signals = m.draft_out.Add<float>(static_cast<size_t>(gamma_) * n);
+  m.o_errors = m.draft_out.Add<DraftErrorRecord>(gamma_);
+  return m.draft_out.Reserve();
+}
+
+absl::Status DeviceSampling::SampleDraft(int j) {
+  Impl& m = *impl_;
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaSetDevice(m.device));
+  const int n = m.draft_rows;
+  if (n == 0) return absl::OkStatus();
+  if (j < 0 || j >= gamma_) return absl::InvalidArgumentError(absl::StrCat("draft pass ", j));
+  const size_t row_bytes = static_cast<size_t>(vocab_) * sizeof(float);
+  const size_t first = static_cast<size_t>(j) * n;
+  DraftSampleInputs in;
+  in.num_rows = n;
+  in.vocab_size = vocab_;
+  in.logits = m.draft_logits.as<float>();
+  in.temperatures = m.draft_in.device<float>(m.o_temp);
+  in.top_ks = m.draft_in.device<int32_t>(m.o_topk);
+  in.top_ps = m.draft_in.device<float>(m.o_topp);
+  in.seeds = m.draft_in.device<uint64_t>(m.o_seed);
+  in.positions = m.draft_in.device<int64_t>(m.o_pos) + first;
   DraftSampleOutputs out;
-  out.token_ids = m.draft_out.device<int32_t>(o_tokens);
-  out.signals = m.draft_out.device<float>(o_signals);
+  out.token_ids = m.draft_out.device<int32_t>(m.o_tokens) + first;
+  out.signals = m.draft_out.device<float>(m.o_signals) + first;
   out.probs = m.draft_probs.as<float>();
-  out.error = m.draft_out.device<DraftErrorRecord>(o_error);
-  if (absl::Status s = DraftSampleCuda(in, &out, m.draft_workspace.as<void>(), m.stream); !s.ok()) {
+  out.error = m.draft_out.device<DraftErrorRecord>(m.o_errors) + j;
+  if (absl::Status s = DraftSampleCuda(in, &out, m.draft_workspace.as<void>(), m.draft_stream);
+      !s.ok()) {
     return s;
   }
-  // Row s's p to slot (s, j) of the store: one strided copy for the step.
+  // Row s's p to slot (s, j) of the store: one strided copy for the pass.
   VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
       m.store.as<char>() + static_cast<size_t>(j) * row_bytes, gamma_ * row_bytes,
-      m.draft_probs.as<char>(), row_bytes, row_bytes, n, cudaMemcpyDeviceToDevice, m.stream));
-  if (absl::Status s = m.draft_out.Download(m.stream); !s.ok()) return s;
-  VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
-  if (absl::Status s = DraftErrorStatus(*m.draft_out.host<DraftErrorRecord>(o_error)); !s.ok()) {
-    return s;
+      m.draft_probs.as<char>(), row_bytes, row_bytes, n, cudaMemcpyDeviceToDevice,
+      m.draft_stream));
+  return absl::OkStatus();
+}
+
+const int32_t* DeviceSampling::DraftTokens(int j) const {
+  const Impl& m = *impl_;
+  return m.draft_out.device<int32_t>(m.o_tokens) + static_cast<size_t>(j) * m.draft_rows;
+}
+
+absl::Status DeviceSampling::FinishDrafts(int passes, int32_t* tokens, float* signals) {
+  Impl& m = *impl_;
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaSetDevice(m.device));
+  const int n = m.draft_rows;
+  if (n == 0) return absl::OkStatus();
+  if (passes < 0 || passes > gamma_) {
+    return absl::InvalidArgumentError(absl::StrCat(passes, " draft passes"));
   }
-  std::memcpy(tokens, m.draft_out.host<int32_t>(o_tokens), n * sizeof(int32_t));
-  std::memcpy(signals, m.draft_out.host<float>(o_signals), n * sizeof(float));
+  if (absl::Status s = m.draft_out.Download(m.draft_stream); !s.ok()) return s;
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.draft_stream));
+  for (int j = 0; j < passes; ++j) {
+    const DraftErrorRecord& error = m.draft_out.host<DraftErrorRecord>(m.o_errors)[j];
+    if (absl::Status s = DraftErrorStatus(error); !s.ok()) return s;
+  }
+  const size_t count = static_cast<size_t>(passes) * n;
+  std::memcpy(tokens, m.draft_out.host<int32_t>(m.o_tokens), count * sizeof(int32_t));
+  std::memcpy(signals, m.draft_out.host<float>(m.o_signals), count * sizeof(float));
   return absl::OkStatus();
 }
 

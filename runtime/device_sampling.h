@@ -37,12 +37,20 @@ class DeviceSampling {
   absl::StatusOr<float*> DraftLogits(int64_t rows);
   absl::StatusOr<float*> VerifyLogits(int64_t rows);
 
-  // Samples draft step j of `params.num_rows` speculative rows from the
-  // logits in DraftLogits (params.logits is ignored; the other arrays are
-  // host memory). Writes each row's token and signal to the host arrays and
-  // its p to the store's slot (row, j).
-  absl::Status SampleDrafts(const DraftSampleInputs& params, int j, int32_t* tokens,
-                            float* signals);
+  // The draft passes of one step, queued on `stream` (the draft model's
+  // device queue; null: this object's own) without waiting in between.
+  // BeginDrafts takes the rows' parameters (host arrays; params.logits is
+  // ignored, params.positions are pass 0's and pass j samples at position +
+  // j). SampleDraft(j) samples pass j of every row from the logits in
+  // DraftLogits, once the queue reaches them, writing its tokens to
+  // DraftTokens(j) (device memory: the next pass's input) and each row's p
+  // to the store's slot (row, j). FinishDrafts waits for the queue and
+  // copies the first `passes` passes' tokens and signals to the host arrays
+  // ([pass][row]), or returns the first pass's sampling error.
+  absl::Status BeginDrafts(const DraftSampleInputs& params, void* stream);
+  absl::Status SampleDraft(int j);
+  const int32_t* DraftTokens(int j) const;
+  absl::Status FinishDrafts(int passes, int32_t* tokens, float* signals);
 
   // Runs the fused verify sampler on the logits in VerifyLogits. `params`
   // holds host arrays (its logits and draft_probs are ignored); the draft

@@ -42,22 +42,28 @@ TEST(DeviceSamplingGpuTest, MatchesTheCpuSamplers) {
     std::vector<int32_t> tokens(n * kGamma), cpu_tokens(n);
     std::vector<float> signals(n * kGamma), cpu_signals(n);
     std::vector<float> cpu_probs(static_cast<size_t>(n) * kGamma * kVocab);
+    // Pass j samples at position 100 s + trial + j.
+    std::vector<int64_t> draft_positions(n);
+    for (int s = 0; s < n; ++s) draft_positions[s] = 100 * s + trial;
+    DraftSampleInputs draft_params;
+    draft_params.num_rows = n;
+    draft_params.vocab_size = kVocab;
+    draft_params.temperatures = temperatures.data();
+    draft_params.top_ks = top_ks.data();
+    draft_params.top_ps = top_ps.data();
+    draft_params.seeds = seeds.data();
+    draft_params.positions = draft_positions.data();
+    ASSERT_TRUE((*sampling)->BeginDrafts(draft_params, nullptr).ok());
     for (int j = 0; j < kGamma; ++j) {
-      std::vector<int64_t> positions(n);
-      for (int s = 0; s < n; ++s) positions[s] = 100 * s + j + trial;
+      std::vector<int64_t> pass_positions(n);
+      for (int s = 0; s < n; ++s) pass_positions[s] = draft_positions[s] + j;
       std::vector<float> logits = RandomLogits(rng, n);
-      DraftSampleInputs in;
-      in.num_rows = n;
-      in.vocab_size = kVocab;
-      in.logits = logits.data();
-      in.temperatures = temperatures.data();
-      in.top_ks = top_ks.data();
-      in.top_ps = top_ps.data();
-      in.seeds = seeds.data();
-      in.positions = positions.data();
+      DraftSampleInputs pass = draft_params;
+      pass.logits = logits.data();
+      pass.positions = pass_positions.data();
       std::vector<float> step_probs(static_cast<size_t>(n) * kVocab);
       DraftSampleOutputs cpu{cpu_tokens.data(), step_probs.data(), cpu_signals.data()};
-      ASSERT_TRUE(DraftSampleCpu(in, &cpu).ok());
+      ASSERT_TRUE(DraftSampleCpu(pass, &cpu).ok());
       for (int s = 0; s < n; ++s) {
         std::copy_n(step_probs.data() + static_cast<size_t>(s) * kVocab, kVocab,
                     cpu_probs.data() + (static_cast<size_t>(s) * kGamma + j) * kVocab);
@@ -67,12 +73,24 @@ TEST(DeviceSamplingGpuTest, MatchesTheCpuSamplers) {
       ASSERT_EQ(cudaMemcpy(*device_logits, logits.data(), logits.size() * 4,
                            cudaMemcpyHostToDevice),
                 cudaSuccess);
-      std::vector<int32_t> step_tokens(n);
-      std::vector<float> step_signals(n);
-      absl::Status s = (*sampling)->SampleDrafts(in, j, step_tokens.data(), step_signals.data());
+      absl::Status s = (*sampling)->SampleDraft(j);
       ASSERT_TRUE(s.ok()) << s;
+      // Waiting after every pass (the next pass rewrites the logits): the
+      // passes so far come back, the latest last.
+      std::vector<int32_t> pass_tokens(static_cast<size_t>(j + 1) * n);
+      std::vector<float> pass_signals(static_cast<size_t>(j + 1) * n);
+      s = (*sampling)->FinishDrafts(j + 1, pass_tokens.data(), pass_signals.data());
+      ASSERT_TRUE(s.ok()) << s;
+      const std::vector<int32_t> step_tokens(pass_tokens.end() - n, pass_tokens.end());
+      const std::vector<float> step_signals(pass_signals.end() - n, pass_signals.end());
       EXPECT_EQ(step_tokens, cpu_tokens) << "draft step " << j;
       EXPECT_EQ(step_signals, cpu_signals) << "draft step " << j;
+      // The same tokens where the next draft pass reads them.
+      std::vector<int32_t> on_device(n);
+      ASSERT_EQ(cudaMemcpy(on_device.data(), (*sampling)->DraftTokens(j), n * sizeof(int32_t),
+                           cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      EXPECT_EQ(on_device, cpu_tokens) << "draft step " << j;
       for (int r = 0; r < n; ++r) tokens[r * kGamma + j] = step_tokens[r];
     }
 
@@ -169,7 +187,9 @@ TEST(DeviceSamplingGpuTest, ErrorsNameTheRow) {
             cudaSuccess);
   std::vector<int32_t> tokens(2);
   std::vector<float> signals(2);
-  absl::Status device = (*sampling)->SampleDrafts(in, 0, tokens.data(), signals.data());
+  ASSERT_TRUE((*sampling)->BeginDrafts(in, nullptr).ok());
+  ASSERT_TRUE((*sampling)->SampleDraft(0).ok());
+  absl::Status device = (*sampling)->FinishDrafts(1, tokens.data(), signals.data());
   in.logits = logits.data();
   std::vector<float> probs(2 * kVocab);
   DraftSampleOutputs out{tokens.data(), probs.data(), signals.data()};

@@ -84,7 +84,7 @@ Engine::~Engine() = default;
 absl::StatusOr<Engine::Model> Engine::LoadModel(const ModelSource& source,
                                                 const EngineOptions& options,
                                                 int speculative_slots, Communicator* comm,
-                                                Communicator* device_comm) {
+                                                Communicator* device_comm, bool is_draft) {
   const int tp = comm->world_size();
   Model model;
   constexpr absl::string_view kBuiltin = "builtin:";
@@ -117,6 +117,7 @@ absl::StatusOr<Engine::Model> Engine::LoadModel(const ModelSource& source,
   if (options.backend == ModelBackend::kCuda) {
     CudaModelOptions cuda;
     cuda.cuda_graphs = options.cuda_graphs;
+    cuda.skinny_gemm = is_draft;
     runner = CreateCudaLlamaModel(model.config, *model.weights, model.kv.get(), device_comm, cuda);
   } else {
     CpuModelOptions cpu;
@@ -178,14 +179,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     model_comm = engine->executor_timer_.get();
   }
   absl::StatusOr<Model> target_model =
-      LoadModel(target, options, slots, model_comm, engine->device_comm_.get());
+      LoadModel(target, options, slots, model_comm, engine->device_comm_.get(), /*is_draft=*/false);
   if (!target_model.ok()) return target_model.status();
   engine->target_model_ = *std::move(target_model);
   engine->target_ = engine->target_model_.runner.get();
   const ModelConfig& tc = engine->target_model_.config;
   if (speculative) {
     absl::StatusOr<Model> draft_model =
-        LoadModel(*draft, options, slots, model_comm, engine->device_comm_.get());
+        LoadModel(*draft, options, slots, model_comm, engine->device_comm_.get(), /*is_draft=*/true);
     if (!draft_model.ok()) return draft_model.status();
     if (draft_model->config.vocab_size != tc.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -214,9 +214,11 @@ class Engine : public GenerationService {
 
   Engine(const EngineOptions& options, Communicator* comm);
 
+  // `is_draft`: the draft model (the CUDA backend then runs its few-row
+  // products on the skinny GEMM, CudaModelOptions::skinny_gemm).
   static absl::StatusOr<Model> LoadModel(const ModelSource& source, const EngineOptions& options,
                                          int speculative_slots, Communicator* comm,
-                                         Communicator* device_comm);
+                                         Communicator* device_comm, bool is_draft);
   absl::Status ValidateRequest(const GenerationRequest& request) const;
 
   // Rank 0: the next control message; waits briefly when idle.

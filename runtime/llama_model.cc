@@ -203,6 +203,9 @@ void CpuLlamaModel::Attention(int layer, const ForwardBatch& batch,
 }
 
 absl::Status CpuLlamaModel::Forward(const ForwardBatch& batch, float* logits) {
+  if (batch.device_token_ids != nullptr) {
+    return absl::InvalidArgumentError("the CPU backend takes no device token ids");
+  }
   if (absl::Status s = ValidateForwardBatch(batch, config_, *kv_cache_); !s.ok()) return s;
   const int64_t tokens = batch.num_tokens();
   const int hidden = config_.hidden_size;

@@ -45,6 +45,15 @@ struct ForwardRequest {
 
 struct ForwardBatch {
   std::vector<ForwardRequest> requests;
+  // Backends with a device_queue() only (the CUDA backend's draft loop): the
+  // device address of each request's query token, one token per request, in
+  // batch order; token_ids then only give the count. A token that a device
+  // sampler just wrote feeds the next pass without a trip to the host.
+  const int32_t* device_token_ids = nullptr;
+  // False, on backends with a device_queue(): Forward returns once the pass
+  // is queued there; the logits (device memory) are written when the queue
+  // reaches them, so only work queued after them may read them.
+  bool wait = true;
 
   int64_t num_tokens() const;
   int64_t num_logit_rows() const;
@@ -67,6 +76,11 @@ class ModelRunner {
   // True when Forward may also write its logits to device memory (the CUDA
   // backend), so that device samplers read them in place.
   virtual bool logits_on_device_ok() const { return false; }
+
+  // The device queue (a cudaStream_t) the passes run on, for work that must
+  // follow a pass that did not wait; null on host backends, whose Forward
+  // always waits and takes no device token ids.
+  virtual void* device_queue() const { return nullptr; }
 };
 
 struct CpuModelOptions {

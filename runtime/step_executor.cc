@@ -118,82 +118,103 @@ absl::Status StepExecutor::RunDrafts(const std::vector<DeviceRequest*>& batch,
   }
   const int n = static_cast<int>(rows.size());
   DeviceSampling* device = options_.device_sampling;
-  // Host sampling reads host logits; device sampling keeps them and p on
-  // the device (the draft's store row s holds batch entry rows[s]).
-  std::vector<float> host_logits, step_probs;
-  float* logits = nullptr;
-  if (device != nullptr) {
-    absl::StatusOr<float*> d = device->DraftLogits(n);
-    if (!d.ok()) return d.status();
-    logits = *d;
-    for (int s = 0; s < n; ++s) store_rows_[rows[s]] = s;
-  } else {
-    host_logits.resize(static_cast<size_t>(n) * vocab);
-    step_probs.resize(static_cast<size_t>(n) * vocab);
-    logits = host_logits.data();
-  }
-  std::vector<float> temperatures(n), top_ps(n), step_signals(n);
-  std::vector<int32_t> top_ks(n), step_tokens(n);
+  std::vector<float> temperatures(n), top_ps(n);
+  std::vector<int32_t> top_ks(n);
   std::vector<uint64_t> seeds(n);
-  std::vector<int64_t> positions(n);
+  std::vector<int64_t> positions(n);  // pass 0's: each row's last token
   for (int s = 0; s < n; ++s) {
     const ExecutorRequest& p = batch[rows[s]]->request;
     temperatures[s] = p.temperature;
     top_ks[s] = p.top_k;
     top_ps[s] = p.top_p;
     seeds[s] = DraftSeed(p.seed);
+    positions[s] = static_cast<int64_t>(batch[rows[s]]->tokens.size()) - 1;
   }
-  for (int j = 0; j < g; ++j) {
+  DraftSampleInputs in;
+  in.num_rows = n;
+  in.vocab_size = vocab;
+  in.temperatures = temperatures.data();
+  in.top_ks = top_ks.data();
+  in.top_ps = top_ps.data();
+  in.seeds = seeds.data();
+  in.positions = positions.data();
+
+  // Pass j's batch: pass 0 catches up on every emitted token the draft has
+  // not seen (after a fully accepted step: the last draft and the bonus
+  // token); pass j > 0 feeds draft j - 1.
+  const auto pass_batch = [&](int j, const int32_t* previous_drafts) {
     ForwardBatch fb;
     for (int s = 0; s < n; ++s) {
       DeviceRequest& r = *batch[rows[s]];
-      const int64_t last = static_cast<int64_t>(r.tokens.size()) - 1;
       ForwardRequest fr;
       fr.kv_handle = r.request.draft_kv;
       fr.num_logits = 1;
       if (j == 0) {
-        // Catch up on every emitted token the draft has not seen: after a
-        // fully accepted step that is the last draft and the bonus token.
         fr.start_position = r.draft_valid;
         fr.token_ids = absl::MakeConstSpan(r.tokens.data() + r.draft_valid,
                                            r.tokens.size() - r.draft_valid);
       } else {
-        fr.start_position = last + j;
-        fr.token_ids = absl::MakeConstSpan(drafts_.data() + rows[s] * g + j - 1, 1);
+        fr.start_position = positions[s] + j;
+        fr.token_ids = absl::MakeConstSpan(previous_drafts + s, 1);
       }
-      positions[s] = last + j;  // the position of the row's input token
       fb.requests.push_back(fr);
     }
-    if (absl::Status st = draft_->Forward(fb, logits); !st.ok()) return st;
-    DraftSampleInputs in;
-    in.num_rows = n;
-    in.vocab_size = vocab;
-    in.logits = logits;
-    in.temperatures = temperatures.data();
-    in.top_ks = top_ks.data();
-    in.top_ps = top_ps.data();
-    in.seeds = seeds.data();
-    in.positions = positions.data();
-    if (device != nullptr) {
-      if (absl::Status st = device->SampleDrafts(in, j, step_tokens.data(), step_signals.data());
+    return fb;
+  };
+
+  std::vector<int32_t> tokens(static_cast<size_t>(g) * n);  // [pass][row]
+  std::vector<float> signals(static_cast<size_t>(g) * n);
+  if (device != nullptr) {
+    // On the device: each pass's tokens feed the next pass where the sampler
+    // wrote them, and nothing waits until the last pass (which waits, with
+    // the collectives' timeout at TP > 1). The draft's store row s holds
+    // batch entry rows[s].
+    void* queue = draft_->device_queue();
+    if (queue == nullptr) return absl::InternalError("device sampling needs a device draft model");
+    absl::StatusOr<float*> logits = device->DraftLogits(n);
+    if (!logits.ok()) return logits.status();
+    for (int s = 0; s < n; ++s) store_rows_[rows[s]] = s;
+    if (absl::Status st = device->BeginDrafts(in, queue); !st.ok()) return st;
+    const std::vector<int32_t> placeholders(n, 0);  // ids the device overwrites
+    for (int j = 0; j < g; ++j) {
+      ForwardBatch fb = pass_batch(j, placeholders.data());
+      if (j > 0) fb.device_token_ids = device->DraftTokens(j - 1);
+      fb.wait = j == g - 1;
+      if (absl::Status st = draft_->Forward(fb, *logits); !st.ok()) return st;
+      if (absl::Status st = device->SampleDraft(j); !st.ok()) return st;
+    }
+    if (absl::Status st = device->FinishDrafts(g, tokens.data(), signals.data()); !st.ok()) {
+      return st;
+    }
+  } else {
+    std::vector<float> host_logits(static_cast<size_t>(n) * vocab);
+    std::vector<float> step_probs(static_cast<size_t>(n) * vocab);
+    std::vector<int64_t> pass_positions(n);
+    in.logits = host_logits.data();
+    in.positions = pass_positions.data();
+    for (int j = 0; j < g; ++j) {
+      const int32_t* previous = j > 0 ? tokens.data() + static_cast<size_t>(j - 1) * n : nullptr;
+      if (absl::Status st = draft_->Forward(pass_batch(j, previous), host_logits.data());
           !st.ok()) {
         return st;
       }
-    } else {
-      DraftSampleOutputs out{step_tokens.data(), step_probs.data(), step_signals.data()};
+      for (int s = 0; s < n; ++s) pass_positions[s] = positions[s] + j;
+      DraftSampleOutputs out{tokens.data() + static_cast<size_t>(j) * n, step_probs.data(),
+                             signals.data() + static_cast<size_t>(j) * n};
       if (absl::Status st = DraftSampleCpu(in, &out); !st.ok()) return st;
-    }
-    for (int s = 0; s < n; ++s) {
-      const int64_t slot = static_cast<int64_t>(rows[s]) * g + j;
-      drafts_[slot] = step_tokens[s];
-      outcome->signals[slot] = step_signals[s];
-      if (device == nullptr) {
+      for (int s = 0; s < n; ++s) {
+        const int64_t slot = static_cast<int64_t>(rows[s]) * g + j;
         std::copy_n(step_probs.data() + static_cast<int64_t>(s) * vocab, vocab,
                     draft_probs_.data() + slot * vocab);
       }
     }
   }
   for (int s = 0; s < n; ++s) {
+    for (int j = 0; j < g; ++j) {
+      const int64_t slot = static_cast<int64_t>(rows[s]) * g + j;
+      drafts_[slot] = tokens[static_cast<size_t>(j) * n + s];
+      outcome->signals[slot] = signals[static_cast<size_t>(j) * n + s];
+    }
     DeviceRequest& r = *batch[rows[s]];
     // Written through the input of draft g - 1; trimmed after the verify.
     r.draft_valid = static_cast<int64_t>(r.tokens.size()) - 1 + g;

@@ -58,6 +58,8 @@ ABSL_FLAG(int, query_tokens, 6, "query tokens per request (1 + draft tokens)");
 ABSL_FLAG(int, context, 512, "tokens already cached per request before the step");
 ABSL_FLAG(int, layers, -1, "decoder layers in the full-step graph (-1: the shape's)");
 ABSL_FLAG(std::string, shape, "llama-3.1-8b", "model shape: llama-3.1-8b or llama-3.2-1b");
+ABSL_FLAG(bool, skinny_gemm, false,
+          "products of at most 4 rows on the skinny GEMM (GemmOptions::skinny_small_m)");
 ABSL_FLAG(int, tp, 1, "tensor-parallel degree: time one rank's shard");
 ABSL_FLAG(int, reps, 30, "timed repetitions (median reported)");
 ABSL_FLAG(int, block_size, 16, "KV cache block size");
@@ -535,6 +537,7 @@ int Main(int argc, char** argv) {
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   GemmOptions gemm_options;
   gemm_options.autotune_candidates = absl::GetFlag(FLAGS_gemm_autotune);
+  gemm_options.skinny_small_m = absl::GetFlag(FLAGS_skinny_gemm);
   absl::StatusOr<std::unique_ptr<Gemm>> gemm = Gemm::Create(gemm_options);
   BENCH_CHECK(gemm.status());
   m.gemm = *std::move(gemm);
@@ -580,8 +583,9 @@ int Main(int argc, char** argv) {
       "shape: hidden %d, heads %d, kv heads %d, head_dim %d, mlp %d, vocab %d, layers %d (tp %d "
       "shard)\n",
       sh.hidden, sh.heads, sh.kv_heads, sh.head_dim, sh.inter, sh.vocab, sh.layers, tp);
-  std::printf("step: %d query tokens per request, context %d, kv block %d\n", query_tokens, context,
-              block_size);
+  std::printf("step: %d query tokens per request, context %d, kv block %d; GEMMs of <= 4 rows on %s\n",
+              query_tokens, context, block_size,
+              gemm_options.skinny_small_m ? "the skinny kernel" : "cuBLASLt");
   std::printf("copy bandwidth %.0f GB/s (read + write); weights %.2f GB; floor %.3f ms\n",
               copy_bw / 1e9, weight_bytes / 1e9, floor_ms);
 
@@ -611,10 +615,12 @@ int Main(int argc, char** argv) {
         "{\n  \"device\": \"%s\",\n  \"sms\": %d,\n  \"copy_bandwidth_gbps\": %.1f,\n"
         "  \"shape\": {\"hidden\": %d, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
         "\"intermediate\": %d, \"vocab\": %d, \"layers\": %d, \"tp\": %d},\n"
+        "  \"skinny_gemm\": %s,\n"
         "  \"query_tokens\": %d,\n  \"context\": %d,\n  \"kv_block_size\": %d,\n"
         "  \"weight_bytes\": %d,\n  \"floor_ms\": %.4f,\n  \"batches\": [",
         prop.name, prop.multiProcessorCount, copy_bw / 1e9, sh.hidden, sh.heads, sh.kv_heads,
-        sh.head_dim, sh.inter, sh.vocab, sh.layers, tp, query_tokens, context, block_size,
+        sh.head_dim, sh.inter, sh.vocab, sh.layers, tp,
+        gemm_options.skinny_small_m ? "true" : "false", query_tokens, context, block_size,
         weight_bytes, floor_ms);
     for (size_t i = 0; i < results.size(); ++i) {
       const BatchResult& r = results[i];

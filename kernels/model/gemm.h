@@ -36,6 +36,12 @@ struct GemmOptions {
   // rests on timings, so two processes may pick algorithms that sum in
   // different orders (results then differ in the last bits).
   int autotune_candidates = 0;
+  // Products of at most kSkinnyGemmMaxRows rows with k <= 4096 run the
+  // skinny kernel (kernels/model/skinny_gemm.h), which reads such weights
+  // closer to the copy bandwidth than cuBLASLt does at such m. Its summation order is not
+  // cuBLASLt's, so a model whose outputs must not depend on the batch shape
+  // (a target whose verify rows must equal its decode rows) leaves it off.
+  bool skinny_small_m = false;
 };
 
 class Gemm {
