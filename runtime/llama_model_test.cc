@@ -451,6 +451,14 @@ TEST(LlamaModelTest, RefusesBadBatches) {
   twice.requests = {ForwardRequest{h, 0, ok}, ForwardRequest{h, 3, ok}};
   EXPECT_THAT(std::string(e.model->Forward(twice, logits.data()).message()),
               HasSubstr("appears twice"));
+  // Token ids in device memory are for backends with a device queue.
+  EXPECT_EQ(e.model->device_queue(), nullptr);
+  const int32_t device_ids[1] = {1};
+  ForwardBatch on_device;
+  on_device.requests = {ForwardRequest{h, 0, absl::MakeConstSpan(ok.data(), 1)}};
+  on_device.device_token_ids = device_ids;
+  EXPECT_THAT(std::string(e.model->Forward(on_device, logits.data()).message()),
+              HasSubstr("no device token ids"));
   EXPECT_TRUE(run({h, 13, ok}).ok());
 }
 
