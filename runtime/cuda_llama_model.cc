@@ -630,6 +630,11 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
                       sh.hidden, stream_);
   };
 
+  // A pass that does not wait leaves its collectives queued, and a dead
+  // peer's never complete: at TP > 1 every pass takes the communicator's
+  // timed wait, which turns that into an error (the next pass's wait for
+  // its metadata upload has no timeout).
+  const bool wait = batch.wait || tp_.size > 1;
   // Graphs replay one rank's kernels; the collectives of TP > 1 and the
   // per-request row copies of a partial-logits step stay eager.
   const bool graphable = tp_.size == 1 && out_rows == t;
@@ -637,7 +642,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
       EnqueueMaybeGraph(GraphKey{b, t, max_query, max_table, kv_bound}, graphable, enqueue);
   if (!s.ok()) return s;
   if (out_rows == 0) {
-    if (!batch.wait) return absl::OkStatus();
+    if (!wait) return absl::OkStatus();
     // The timed wait first: a dead peer's collective never completes, and
     // only the communicator's wait turns that into an error.
     if (tp_.size > 1) {
@@ -683,7 +688,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
                           src_pitch, row_bytes, want, cudaMemcpyDefault, stream_));
     src_row += want;
   }
-  if (!batch.wait) return absl::OkStatus();
+  if (!wait) return absl::OkStatus();
   if (tp_.size > 1) {
     if (s = comm_->Synchronize(stream_); !s.ok()) return s;
   }

@@ -52,7 +52,8 @@ struct ForwardBatch {
   const int32_t* device_token_ids = nullptr;
   // False, on backends with a device_queue(): Forward returns once the pass
   // is queued there; the logits (device memory) are written when the queue
-  // reaches them, so only work queued after them may read them.
+  // reaches them, so only work queued after them may read them. Passes with
+  // collectives (TP > 1) wait anyway, so that a dead peer is an error.
   bool wait = true;
 
   int64_t num_tokens() const;
