@@ -428,7 +428,8 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // The previous pass may not have waited: its metadata upload must be done
   // before the host buffer is rewritten (or reallocated).
   VERDICT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(meta_uploaded_));
-  if (absl::Status s = host_meta_.Reserve(total * sizeof(int32_t), &moved); !s.ok()) return s;
+  // The host copy is uploaded outside the graphs, so it may move freely.
+  if (absl::Status s = host_meta_.Reserve(total * sizeof(int32_t)); !s.ok()) return s;
   if (absl::Status s = meta_.Reserve(total * sizeof(int32_t), &moved); !s.ok()) return s;
   int32_t* h = host_meta_.as<int32_t>();
   {

@@ -93,9 +93,8 @@ struct DeviceSampling::Impl {
   cudaStream_t stream = nullptr;
   DeviceBuffer draft_logits, verify_logits, draft_probs, store, packed, workspace, draft_workspace;
   Staging draft_in, draft_out, verify_in, verify_out;
-  int64_t store_rows = 0;
-  // The step's draft passes (BeginDrafts): their queue, rows, and where
-  // each array sits in the staging buffers.
+  // The step's draft passes (BeginDrafts): their queue, rows (also the
+  // store's), and where each array sits in the staging buffers.
   cudaStream_t draft_stream = nullptr;
   int draft_rows = 0;
   size_t o_temp = 0, o_topk = 0, o_topp = 0, o_seed = 0, o_pos = 0;
@@ -153,7 +152,6 @@ absl::Status DeviceSampling::BeginDrafts(const DraftSampleInputs& params, void* 
   if (absl::Status s = m.store.Reserve(static_cast<size_t>(n) * gamma_ * row_bytes); !s.ok()) {
     return s;
   }
-  m.store_rows = n;
   if (absl::Status s = m.draft_probs.Reserve(static_cast<size_t>(n) * row_bytes); !s.ok()) {
     return s;
   }
@@ -257,7 +255,7 @@ absl::Status DeviceSampling::Verify(const VerifyInputs& params,
     for (int r = 0; r < b; ++r) {
       const int drafts = params.seqlen_q[r] - 1;
       if (drafts <= 0) continue;
-      if (store_rows[r] < 0 || store_rows[r] >= m.store_rows || drafts > gamma_) {
+      if (store_rows[r] < 0 || store_rows[r] >= m.draft_rows || drafts > gamma_) {
         return absl::InvalidArgumentError(absl::StrCat("verify: request ", r, " has ", drafts,
                                                        " drafts but store row ", store_rows[r]));
       }
