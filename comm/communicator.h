@@ -76,6 +76,12 @@ class Communicator {
   // this default has nothing to wait for.
   virtual absl::Status Synchronize(void* stream = nullptr);
 
+  // True when a device collective enqueued on a stream that is being
+  // captured into a CUDA graph becomes a node of that graph: the backend
+  // only enqueues (no host wait inside the call). A model may then replay
+  // its layers, collectives included, as one graph. Host backends: false.
+  virtual bool CapturableInCudaGraphs() const { return false; }
+
   // A second communicator over the same ranks whose collectives never match
   // this one's, so two threads can each run their own sequence of
   // collectives (the engine's scheduling thread and its step executor under

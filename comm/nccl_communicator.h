@@ -55,6 +55,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status Barrier() override;
   // Waits for everything enqueued on `stream` so far, within the timeout.
   absl::Status Synchronize(void* stream = nullptr) override;
+  // Only without wait_for_completion: its host wait cannot run in a capture.
+  bool CapturableInCudaGraphs() const override { return !options_.wait_for_completion; }
   // Ends every rank through the host communicator (MPI_Abort under a
   // launcher). The NCCL communicator is not aborted first: ncclCommAbort may
   // wait for the device, and the process ending releases the GPU anyway.

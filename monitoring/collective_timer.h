@@ -36,6 +36,7 @@ class TimedCommunicator final : public Communicator {
                          void* stream = nullptr) override;
   absl::Status Barrier() override;
   absl::Status Synchronize(void* stream = nullptr) override;
+  bool CapturableInCudaGraphs() const override { return inner_->CapturableInCudaGraphs(); }
   [[noreturn]] void Abort(const absl::Status& status) override;
 
   // Nanoseconds spent in collectives (Broadcast, AllReduceSum, AllGather,

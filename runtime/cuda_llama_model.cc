@@ -636,9 +636,11 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // timed wait, which turns that into an error (the next pass's wait for
   // its metadata upload has no timeout).
   const bool wait = batch.wait || tp_.size > 1;
-  // Graphs replay one rank's kernels; the collectives of TP > 1 and the
-  // per-request row copies of a partial-logits step stay eager.
-  const bool graphable = tp_.size == 1 && out_rows == t;
+  // Graphs replay the layers, their all-reduces included where the
+  // communicator only enqueues (NCCL captures into the graph); the logits'
+  // all-gather and the per-request row copies of a partial-logits step stay
+  // eager.
+  const bool graphable = (tp_.size == 1 || comm_->CapturableInCudaGraphs()) && out_rows == t;
   absl::Status s =
       EnqueueMaybeGraph(GraphKey{b, t, max_query, max_table, kv_bound}, graphable, enqueue);
   if (!s.ok()) return s;

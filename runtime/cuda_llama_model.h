@@ -34,9 +34,10 @@ struct CudaModelOptions {
   int device = -1;
   // Threads that read weight shards (dummy generation, bf16 conversion).
   int load_threads = 0;  // 0: hardware concurrency
-  // Replay repeated step shapes from CUDA graphs (one rank's passes whose
-  // every row wants logits: draft and verify steps). The same kernels run
-  // either way, so the logits are the same bits.
+  // Replay repeated step shapes from CUDA graphs (passes whose every row
+  // wants logits: draft and verify steps; at TP > 1 with their all-reduces,
+  // when the communicator can be captured). The same kernels run either
+  // way, so the logits are the same bits.
   bool cuda_graphs = true;
   // Products of a few rows run the skinny GEMM (kernels/model/gemm.h,
   // GemmOptions::skinny_small_m): faster for a draft's decode passes, but
