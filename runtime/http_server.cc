@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -162,9 +163,15 @@ absl::Status HttpServer::Start() {
   const std::string ports = absl::StrCat(host, ":", options_.port);
   const std::string threads = absl::StrCat(options_.num_threads);
   const std::string timeout = absl::StrCat(options_.request_timeout_ms);
-  const char* config[] = {"listening_ports",    ports.c_str(),   "num_threads", threads.c_str(),
+  // Connections beyond the busy workers wait in the kernel's accept queue;
+  // civetweb's default (200) overflows under a burst of clients, and an
+  // overflowing queue drops handshakes that end in resets a minute later.
+  // The kernel caps it at net.core.somaxconn.
+  const std::string backlog = absl::StrCat(std::max(options_.num_threads, 1024));
+  const char* config[] = {"listening_ports",    ports.c_str(),   "num_threads",       threads.c_str(),
                           "request_timeout_ms", timeout.c_str(), "enable_keep_alive", "yes",
-                          "decode_url",         "yes",           nullptr};
+                          "decode_url",         "yes",           "listen_backlog",    backlog.c_str(),
+                          nullptr};
   // begin_request sees every request, from the first one on, before any
   // of civetweb's own handling.
   mg_callbacks callbacks = {};

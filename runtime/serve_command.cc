@@ -29,8 +29,10 @@ ABSL_FLAG(double, drain_seconds, 30,
           "serve: on SIGTERM, how long in-flight requests may finish before they are "
           "cancelled");
 ABSL_FLAG(int64_t, max_body_bytes, 1 << 20, "serve: largest request body (413 beyond)");
-ABSL_FLAG(int, http_threads, 128,
-          "serve: HTTP connections served at once (each streaming client holds one)");
+ABSL_FLAG(int, http_threads, 0,
+          "serve: HTTP connections served at once (each streaming client holds one); 0: one "
+          "per request the engine can hold (--max-running-requests + --max-waiting-requests) "
+          "and a few for probes");
 
 namespace verdict {
 namespace {
@@ -131,6 +133,15 @@ int RunServeCommand(absl::Span<char* const> positional) {
   http.api_key = absl::GetFlag(FLAGS_api_key);
   http.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
   http.num_threads = absl::GetFlag(FLAGS_http_threads);
+  if (http.num_threads <= 0) {
+    // A streaming client holds its thread while its request runs or waits
+    // in the engine's queue; fewer threads would leave admitted clients
+    // unserved (and their connections queued in the kernel) while the
+    // engine has room for them. Probes and listings take the spare ones.
+    constexpr int kSpareThreads = 8;
+    http.num_threads = engine.options().max_running_requests +
+                       engine.options().max_waiting_requests + kSpareThreads;
+  }
   HttpServer server(http, api, engine, [&engine] { return engine.ready(); });
   if (absl::Status s = server.Start(); !s.ok()) {
     std::fprintf(stderr, "verdict serve: %s\n", s.ToString().c_str());

@@ -19,7 +19,11 @@ out=${2:-${OUT:-/tmp}/sweep-$set_name}
 bundle=${BUNDLE:-.bundle}
 source "$bundle/env.sh"
 
-server_args="--backend=cuda"
+concurrency=${CONCURRENCY:-1,4,16,64}
+# Every client of the largest point decodes at once (the engine's default
+# runs 64 and queues the rest).
+max_clients=$(tr ',' '\n' <<<"$concurrency" | sort -n | tail -1)
+server_args="--backend=cuda --max-running-requests=$((max_clients > 64 ? max_clients : 64))"
 case "$set_name" in
   bundled) ;;
   8b-1b-*)
@@ -32,7 +36,7 @@ esac
 
 python3 tools/bench/sweep.py --verdict "$bundle/bin/runtime/verdict" \
   --tp "${TP:-1}" --overlap "${OVERLAP:-off,on}" --modes "${MODES:-static,cap-accept,compact}" \
-  --concurrency "${CONCURRENCY:-1,4,16,64}" --max-tokens "${MAX_TOKENS:-256}" \
+  --concurrency "$concurrency" --max-tokens "${MAX_TOKENS:-256}" \
   --temperature "${TEMPERATURE:-0}" --server-args "$server_args ${EXTRA_SERVER_ARGS:-}" --no-plot \
   $([[ "${BASELINE:-1}" == 0 ]] && echo --no-baseline) \
   --out "$out"

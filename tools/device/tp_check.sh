@@ -5,6 +5,7 @@
 #
 #   tools/device/tp_check.sh [TP]
 #
+#  0. The NCCL communicator's own test over TP ranks.
 #  1. Greedy tokens: TP ranks, speculative in every verify mode with overlap
 #     off and on, against one rank's autoregressive output, on several
 #     prompts of the bundled pair.
@@ -25,6 +26,17 @@ failures=0
 ids() {  # the completion's token ids from a `verdict generate` run
   "$@" --print-token-ids 2>&1 | sed -n 's/^completion_token_ids=//p' | tail -1
 }
+
+# The communicator itself, one rank per GPU: sums, gathers, broadcasts, a
+# captured all-reduce and a peer that never arrives.
+if TMPDIR=$session "${mpirun[@]}" "$bundle/bin/comm/nccl_communicator_tp_gpu_test" --gtest_color=no \
+    >"${OUT:-/tmp}/tp_check_nccl.log" 2>&1; then
+  echo "PASS nccl tp$tp: $(grep -c '^\[       OK' "${OUT:-/tmp}/tp_check_nccl.log") test results OK over $tp ranks"
+else
+  echo "FAIL nccl tp$tp (log: tp_check_nccl.log)"
+  grep -E "Failure|FAILED|error" "${OUT:-/tmp}/tp_check_nccl.log" | head -8 | sed 's/^/  /'
+  failures=$((failures + 1))
+fi
 
 prompts=("Once upon a time" "The capital of France is" "def fibonacci(n):"
          "Speculative decoding verifies several draft tokens")
