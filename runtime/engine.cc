@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "comm/create_communicator.h"
+#include "comm/local_communicator.h"
 #include "kernels/verify_sampler.h"
 #include "runtime/cuda_llama_model.h"
 #include "runtime/weights.h"
@@ -139,6 +140,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     return absl::InvalidArgumentError(absl::StrCat(
         "--num-draft-tokens must be in [1, 16], got ", options.num_draft_tokens));
   }
+  if (options.draft_tp != 0 && options.draft_tp != 1 && options.draft_tp != comm->world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("--draft-tp must be 1 or the TP degree (",
+                                                   comm->world_size(), "), or 0 for the TP degree; got ",
+                                                   options.draft_tp));
+  }
   if (options.max_running_requests < 1 || options.max_waiting_requests < 0) {
     return absl::InvalidArgumentError("engine: request limits must be positive");
   }
@@ -185,8 +191,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   engine->target_ = engine->target_model_.runner.get();
   const ModelConfig& tc = engine->target_model_.config;
   if (speculative) {
+    Communicator* draft_comm = model_comm;
+    Communicator* draft_device_comm = engine->device_comm_.get();
+    if (options.draft_tp == 1 && comm->world_size() > 1) {
+      // A whole draft on this rank: on the rank's GPU (already selected by
+      // the NCCL communicator) or its CPU threads, with no peer to wait for.
+      engine->draft_comm_ = std::make_unique<LocalCommunicator>();
+      draft_comm = engine->draft_comm_.get();
+      draft_device_comm = nullptr;
+    }
     absl::StatusOr<Model> draft_model =
-        LoadModel(*draft, options, slots, model_comm, engine->device_comm_.get(), /*is_draft=*/true);
+        LoadModel(*draft, options, slots, draft_comm, draft_device_comm, /*is_draft=*/true);
     if (!draft_model.ok()) return draft_model.status();
     if (draft_model->config.vocab_size != tc.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(

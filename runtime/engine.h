@@ -84,6 +84,11 @@ enum class ModelBackend { kCpu, kCuda };
 
 struct EngineOptions {
   int num_draft_tokens = 5;  // gamma
+  // Tensor-parallel degree of the draft model: 0 shards it like the target
+  // (every rank holds 1/TP of it, with collectives in every pass); 1 keeps
+  // a whole draft on every rank, which runs its passes without collectives
+  // and proposes the same drafts at every TP degree.
+  int draft_tp = 0;
   VerifyMode verify_mode = VerifyMode::kStatic;
   bool speculation = true;   // false: plain autoregressive decoding
   int max_running_requests = 64;
@@ -300,6 +305,8 @@ class Engine : public GenerationService {
   // executor's thread (a duplicate of `comm`), and their timer.
   std::unique_ptr<Communicator> executor_comm_;
   std::unique_ptr<TimedCommunicator> executor_timer_;
+  // draft_tp 1 at TP > 1: the draft model's world of one.
+  std::unique_ptr<Communicator> draft_comm_;
   ServingMetrics* metrics_ = nullptr;
   std::function<void(const StepTiming&)> step_observer_;
   std::atomic<bool> drain_requested_local_{false};

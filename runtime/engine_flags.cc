@@ -21,6 +21,9 @@ ABSL_FLAG(int, tp, 0,
           "tensor-parallel degree; must equal the number of ranks mpirun starts (0: the number "
           "of ranks)");
 ABSL_FLAG(int, num_draft_tokens, 5, "draft tokens proposed per request and step (gamma)");
+ABSL_FLAG(int, draft_tp, 0,
+          "tensor-parallel degree of the draft: 0 shards it like the target, 1 runs a whole "
+          "draft on every rank (no collectives in the draft passes)");
 ABSL_FLAG(std::string, verify_mode, "static",
           "static (verify every draft), cap-accept (verify every draft, accept at most the "
           "planned length) or compact (verify only the planned rows)");
@@ -104,6 +107,7 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
 
   EngineOptions options;
   options.num_draft_tokens = absl::GetFlag(FLAGS_num_draft_tokens);
+  options.draft_tp = absl::GetFlag(FLAGS_draft_tp);
   absl::StatusOr<VerifyMode> mode = ParseVerifyMode(absl::GetFlag(FLAGS_verify_mode));
   if (!mode.ok()) return mode.status();
   options.verify_mode = *mode;

@@ -347,6 +347,23 @@ TEST(EngineSimulatedAcceptanceTest, RefusedWithRealWeightsOrOutsideZeroOne) {
                   .ok());
 }
 
+TEST(EngineDraftTpTest, OnlyOneOrTheTpDegree) {
+  LocalCommunicator comm;
+  EngineOptions options;
+  options.kv_cache_tokens = 8192;
+  options.draft_tp = 2;  // a world of one rank
+  absl::StatusOr<std::unique_ptr<Engine>> refused = Engine::Create(
+      options, ModelSource{"models/target"}, ModelSource{"models/draft"}, &comm);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("--draft-tp must be 1 or the TP degree (1)"));
+  // At TP 1 both choices are the same whole draft.
+  options.draft_tp = 1;
+  EXPECT_TRUE(
+      Engine::Create(options, ModelSource{"models/target"}, ModelSource{"models/draft"}, &comm)
+          .ok());
+}
+
 TEST(EngineBuiltinShapeTest, RefusedWithoutDummyWeightsOrWithAnUnknownName) {
   LocalCommunicator comm;
   EngineOptions options;

@@ -12,7 +12,8 @@
 //   invariants 3 and 7).
 //
 //   SampledTpTest (bundled models): seeded sampled requests produce at TP N
-//   the tokens they produce at TP 1 (invariant 7).
+//   the tokens they produce at TP 1 (invariant 7), with the draft sharded
+//   and with a whole draft on every rank (--draft-tp 1).
 //
 //   PlanTpTest (a tiny random pair): 16 concurrent requests over 1,000+
 //   decode steps with a cost table that makes the planner trim. Every rank
@@ -53,6 +54,7 @@
 #include "comm/local_communicator.h"
 #include "comm/mpi_session.h"
 #include "gtest/gtest.h"
+#include "monitoring/collective_timer.h"
 #include "runtime/engine.h"
 #include "runtime/engine_test_util.h"
 #include "runtime/model_config.h"
@@ -270,6 +272,37 @@ std::vector<GenerationRequest> SampledRequests(const Engine& engine) {
   return requests;
 }
 
+// One TP N run of the sampled workload; rank 0 returns its outputs. Counts
+// the collectives every rank issued (through `timed`).
+struct SampledRun {
+  std::vector<CollectedOutput> outputs;
+  int64_t steps = 0;
+  int64_t collectives = 0;
+};
+
+SampledRun RunSampledAtTpN(EngineOptions options) {
+  SampledRun run;
+  std::unique_ptr<Communicator> comm = MakeMpiCommunicator();
+  EXPECT_NE(comm, nullptr);
+  if (comm == nullptr) return run;
+  TimedCommunicator timed(comm.get());
+  std::unique_ptr<Engine> engine = MakeEngine(&timed, options, /*speculation=*/true);
+  EXPECT_NE(engine, nullptr);
+  if (engine == nullptr) return run;
+  run.outputs = RunUpfront(*engine, SampledRequests(*engine), absl::Seconds(60));
+  const EngineStats stats = engine->stats();
+  EXPECT_GT(stats.steps, 0);
+  EXPECT_EQ(stats.plan_checks, stats.steps);
+  EXPECT_EQ(stats.plan_mismatches, 0);
+  run.steps = stats.steps;
+  engine.reset();
+  run.collectives = timed.calls();
+  return run;
+}
+
+// Seeded sampled requests give at TP N the tokens of TP 1, with the draft
+// sharded like the target and with a whole draft on every rank (draft_tp
+// 1), whose passes then issue no collectives.
 TEST(SampledTpTest, SameSeedsSameTokensAsTp1) {
   EngineOptions options;
   options.verify_mode = VerifyMode::kCompact;
@@ -284,28 +317,29 @@ TEST(SampledTpTest, SameSeedsSameTokensAsTp1) {
     reference = RunUpfront(*engine, SampledRequests(*engine), absl::Seconds(60));
   });
 
-  std::unique_ptr<Communicator> comm = MakeMpiCommunicator();
-  ASSERT_NE(comm, nullptr);
-  std::unique_ptr<Engine> engine = MakeEngine(comm.get(), options, /*speculation=*/true);
-  ASSERT_NE(engine, nullptr);
-  const std::vector<GenerationRequest> requests = SampledRequests(*engine);
-  const std::vector<CollectedOutput> outputs = RunUpfront(*engine, requests, absl::Seconds(60));
-  const EngineStats stats = engine->stats();
-  EXPECT_GT(stats.steps, 0);
-  EXPECT_EQ(stats.plan_checks, stats.steps);
-  EXPECT_EQ(stats.plan_mismatches, 0);
+  const SampledRun sharded = RunSampledAtTpN(options);
+  options.draft_tp = 1;
+  const SampledRun replicated = RunSampledAtTpN(options);
+  // The same steps without the draft passes' all-reduces and gathers.
+  EXPECT_EQ(replicated.steps, sharded.steps);
+  EXPECT_LT(replicated.collectives, sharded.collectives);
   if (Rank() != 0) return;
-  ASSERT_EQ(reference.size(), requests.size());
-  ASSERT_EQ(outputs.size(), requests.size());
-  int64_t accepted = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    EXPECT_EQ(outputs[i].finish_reason, FinishReason::kLength) << outputs[i].error;
-    EXPECT_EQ(outputs[i].token_ids.size(), static_cast<size_t>(kSampledTokens));
-    EXPECT_EQ(outputs[i].token_ids, reference[i].token_ids) << "prompt " << kPrompts[i];
-    EXPECT_EQ(outputs[i].usage.accepted_tokens, reference[i].usage.accepted_tokens);
-    accepted += outputs[i].usage.accepted_tokens;
+  ASSERT_EQ(reference.size(), static_cast<size_t>(kNumPrompts));
+  for (const SampledRun* run : {&sharded, &replicated}) {
+    const char* draft = run == &sharded ? "sharded draft" : "whole draft per rank";
+    ASSERT_EQ(run->outputs.size(), reference.size()) << draft;
+    int64_t accepted = 0;
+    for (size_t i = 0; i < reference.size(); ++i) {
+      EXPECT_EQ(run->outputs[i].finish_reason, FinishReason::kLength) << run->outputs[i].error;
+      EXPECT_EQ(run->outputs[i].token_ids.size(), static_cast<size_t>(kSampledTokens));
+      EXPECT_EQ(run->outputs[i].token_ids, reference[i].token_ids)
+          << draft << ", prompt " << kPrompts[i];
+      EXPECT_EQ(run->outputs[i].usage.accepted_tokens, reference[i].usage.accepted_tokens)
+          << draft;
+      accepted += run->outputs[i].usage.accepted_tokens;
+    }
+    EXPECT_GT(accepted, 0) << draft;
   }
-  EXPECT_GT(accepted, 0);
 }
 
 // ------------------------------------------------------------ plans

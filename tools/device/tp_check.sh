@@ -7,8 +7,9 @@
 #
 #  0. The NCCL communicator's own test over TP ranks.
 #  1. Greedy tokens: TP ranks, speculative in every verify mode with overlap
-#     off and on, against one rank's autoregressive output, on several
-#     prompts of the bundled pair.
+#     off and on (and compact with a whole draft per rank, --draft-tp=1),
+#     against one rank's autoregressive output, on several prompts of the
+#     bundled pair.
 #  2. A killed rank: `verdict serve` under mpirun, rank 1 gets SIGKILL once
 #     the server is ready; the job must end, with a message, within seconds.
 # Prints one line per check and exits 1 if any failed.
@@ -44,19 +45,26 @@ prompts=("${prompts[@]:0:${PROMPTS:-${#prompts[@]}}}")  # PROMPTS=N: the first N
 for prompt in "${prompts[@]}"; do
   common=(generate --backend=cuda --temperature=0 --max-tokens=64 "--prompt=$prompt")
   reference=$(ids "$verdict" "${common[@]}" --speculation=off)
+  # Every mode with overlap off and on, the draft sharded; then a whole
+  # draft on every rank (--draft-tp=1).
+  configs=()
   for mode in static cap-accept compact; do
-    for overlap in off on; do
-      got=$(TMPDIR=$session ids "${mpirun[@]}" "$verdict" "${common[@]}" --tp="$tp" \
-        --verify-mode="$mode" --overlap="$overlap" --plan-check-interval=1)
-      if [[ -n "$reference" && "$got" == "$reference" ]]; then
-        echo "PASS greedy tp$tp $mode overlap-$overlap: '$prompt' ($(tr ',' '\n' <<<"$got" | wc -l) tokens = tp1 autoregressive)"
-      else
-        echo "FAIL greedy tp$tp $mode overlap-$overlap: '$prompt'"
-        echo "  tp1 autoregressive: $reference"
-        echo "  tp$tp speculative:  $got"
-        failures=$((failures + 1))
-      fi
-    done
+    for overlap in off on; do configs+=("$mode $overlap 0"); done
+  done
+  configs+=("compact on 1")
+  for config in "${configs[@]}"; do
+    read -r mode overlap draft_tp <<<"$config"
+    name="$mode overlap-$overlap$([[ $draft_tp == 1 ]] && echo ' draft-tp-1')"
+    got=$(TMPDIR=$session ids "${mpirun[@]}" "$verdict" "${common[@]}" --tp="$tp" \
+      --verify-mode="$mode" --overlap="$overlap" --draft-tp="$draft_tp" --plan-check-interval=1)
+    if [[ -n "$reference" && "$got" == "$reference" ]]; then
+      echo "PASS greedy tp$tp $name: '$prompt' ($(tr ',' '\n' <<<"$got" | wc -l) tokens = tp1 autoregressive)"
+    else
+      echo "FAIL greedy tp$tp $name: '$prompt'"
+      echo "  tp1 autoregressive: $reference"
+      echo "  tp$tp speculative:  $got"
+      failures=$((failures + 1))
+    fi
   done
 done
 
