@@ -19,8 +19,8 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "comm/mpi_session.h"
 #include "comm/nccl_communicator.h"
+#include "comm/testing/gpu_test_util.h"
 #include "gtest/gtest.h"
 #include "kernels/bf16.h"
 
@@ -28,43 +28,8 @@ namespace verdict {
 namespace {
 
 // MPI stays up between the tests' communicators.
-class MpiSessionEnvironment : public testing::Environment {
- public:
-  void SetUp() override {
-    if (!MpiSession::LaunchedByLauncher()) return;
-    absl::StatusOr<std::shared_ptr<MpiSession>> session = MpiSession::Acquire();
-    ASSERT_TRUE(session.ok()) << session.status();
-    session_ = *std::move(session);
-  }
-  void TearDown() override { session_.reset(); }
-
- private:
-  std::shared_ptr<MpiSession> session_;
-};
 testing::Environment* const mpi_session_environment =
     testing::AddGlobalTestEnvironment(new MpiSessionEnvironment);
-
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(const std::vector<T>& host) : size_(host.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&data_), size_ * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(data_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  ~DeviceBuffer() { cudaFree(data_); }
-  T* get() { return data_; }
-  std::vector<T> ToHost() const {
-    std::vector<T> host(size_);
-    EXPECT_EQ(cudaMemcpy(host.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    return host;
-  }
-
- private:
-  size_t size_;
-  T* data_ = nullptr;
-};
 
 class NcclTensorParallelGpuTest : public testing::Test {
  protected:
