@@ -54,6 +54,7 @@ class NcclTensorParallelGpuTest : public testing::Test {
   cudaStream_t stream_ = nullptr;
 };
 
+// On one host (as tp_check.sh runs it) the local rank is the rank.
 TEST_F(NcclTensorParallelGpuTest, EachRankOwnsItsGpu) {
   Create(/*wait=*/true);
   int devices = 0;
@@ -116,7 +117,7 @@ TEST_F(NcclTensorParallelGpuTest, AllReduceSumsEveryRanksContribution) {
 // The logits' layout: rank r's vocabulary shard lands at block r.
 TEST_F(NcclTensorParallelGpuTest, AllGatherPlacesEachRanksBlockAtItsIndex) {
   Create(/*wait=*/true);
-  const size_t count = 151936 / 2 + 3;  // an odd shard, as a padded vocabulary gives
+  const size_t count = 151936 / 2 + 3;  // a vocabulary shard of no round size
   std::vector<float> shard(count);
   for (size_t i = 0; i < count; ++i) shard[i] = static_cast<float>(rank() * 1000003 + i);
   DeviceBuffer<float> send(shard),
@@ -156,9 +157,14 @@ TEST_F(NcclTensorParallelGpuTest, AllReduceCapturedInAGraphSumsOnEveryReplay) {
       comm_->AllReduceSum(send.get(), recv.get(), count, DataType::kFloat32, stream_);
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
+  // Freed on every way out: a live graph holds the NCCL communicator, whose
+  // destructor would otherwise wait its whole timeout.
+  std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> graph_owner(graph, &cudaGraphDestroy);
   ASSERT_TRUE(enqueued.ok()) << enqueued;
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)> exec_owner(
+      exec, &cudaGraphExecDestroy);
 
   const int n = world();
   for (int replay = 1; replay <= 3; ++replay) {
@@ -178,8 +184,6 @@ TEST_F(NcclTensorParallelGpuTest, AllReduceCapturedInAGraphSumsOnEveryReplay) {
       ASSERT_EQ(got[i], want) << "replay " << replay << " element " << i;
     }
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 // The last rank never enters the all-reduce: every other rank's timed wait

@@ -183,7 +183,11 @@ absl::Status CudaLlamaModel::EnqueueMaybeGraph(const Key& key, bool graphable,
     cudaGraphDestroy(graph);
   }
   // Capture is an optimisation: a shape that cannot be captured runs
-  // eagerly from now on (the same kernels, so the same results).
+  // eagerly from now on (the same kernels, so the same results). At TP > 1
+  // the other ranks may replay a graph of this shape meanwhile: their
+  // captured collectives still match this rank's eager ones, which work on
+  // the same ordinary (unregistered) buffers. An error of NCCL itself fails
+  // the communicator, and with it the eager retry.
   cudaGetLastError();
   entry.failed = true;
   return enqueue();

@@ -87,7 +87,10 @@ struct EngineOptions {
   // Tensor-parallel degree of the draft model: 0 shards it like the target
   // (every rank holds 1/TP of it, with collectives in every pass); 1 keeps
   // a whole draft on every rank, which runs its passes without collectives
-  // and proposes the same drafts at every TP degree.
+  // and proposes the same drafts at every TP degree. The ranks then agree on
+  // their drafts because they run the same kernels on the same inputs (one
+  // GPU model per job); a divergence would show at the next plan check, in
+  // the estimator's hash, which the drafts' confidences feed.
   int draft_tp = 0;
   VerifyMode verify_mode = VerifyMode::kStatic;
   bool speculation = true;   // false: plain autoregressive decoding

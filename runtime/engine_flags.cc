@@ -22,8 +22,8 @@ ABSL_FLAG(int, tp, 0,
           "of ranks)");
 ABSL_FLAG(int, num_draft_tokens, 5, "draft tokens proposed per request and step (gamma)");
 ABSL_FLAG(int, draft_tp, 0,
-          "tensor-parallel degree of the draft: 0 shards it like the target, 1 runs a whole "
-          "draft on every rank (no collectives in the draft passes)");
+          "tensor-parallel degree of the draft: 0 (or the TP degree) shards it like the "
+          "target, 1 runs a whole draft on every rank (no collectives in the draft passes)");
 ABSL_FLAG(std::string, verify_mode, "static",
           "static (verify every draft), cap-accept (verify every draft, accept at most the "
           "planned length) or compact (verify only the planned rows)");

@@ -3,6 +3,8 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -32,7 +34,7 @@ ABSL_FLAG(int64_t, max_body_bytes, 1 << 20, "serve: largest request body (413 be
 ABSL_FLAG(int, http_threads, 0,
           "serve: HTTP connections served at once (each streaming client holds one); 0: one "
           "per request the engine can hold (--max-running-requests + --max-waiting-requests) "
-          "and a few for probes");
+          "and 8 for probes, at most 4096");
 
 namespace verdict {
 namespace {
@@ -138,9 +140,14 @@ int RunServeCommand(absl::Span<char* const> positional) {
     // in the engine's queue; fewer threads would leave admitted clients
     // unserved (and their connections queued in the kernel) while the
     // engine has room for them. Probes and listings take the spare ones.
-    constexpr int kSpareThreads = 8;
-    http.num_threads = engine.options().max_running_requests +
-                       engine.options().max_waiting_requests + kSpareThreads;
+    // Capped: civetweb starts every thread up front, and a very long
+    // waiting queue would meet the process's thread limit.
+    constexpr int64_t kSpareThreads = 8;
+    constexpr int64_t kMostThreads = 4096;
+    http.num_threads = static_cast<int>(std::min<int64_t>(
+        int64_t{engine.options().max_running_requests} +
+            engine.options().max_waiting_requests + kSpareThreads,
+        kMostThreads));
   }
   HttpServer server(http, api, engine, [&engine] { return engine.ready(); });
   if (absl::Status s = server.Start(); !s.ok()) {
@@ -150,8 +157,9 @@ int RunServeCommand(absl::Span<char* const> positional) {
     return 1;
   }
   std::fprintf(stderr,
-               "verdict serve: model '%s' on http://%s:%d (tp %d)%s\n", name.c_str(),
-               http.host.c_str(), server.port(), rt->comm->world_size(),
+               "verdict serve: model '%s' on http://%s:%d (tp %d, %d HTTP threads)%s\n",
+               name.c_str(), http.host.c_str(), server.port(), rt->comm->world_size(),
+               http.num_threads,
                exposer ? absl::StrCat(", metrics on port ", absl::GetFlag(FLAGS_metrics_port))
                              .c_str()
                        : "");

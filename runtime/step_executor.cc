@@ -166,8 +166,9 @@ absl::Status StepExecutor::RunDrafts(const std::vector<DeviceRequest*>& batch,
   std::vector<float> signals(static_cast<size_t>(g) * n);
   if (device != nullptr) {
     // On the device: each pass's tokens feed the next pass where the sampler
-    // wrote them, and at TP 1 nothing waits until the last pass (at TP > 1
-    // every pass takes the collectives' timed wait). The draft's store row s
+    // wrote them, and a whole draft (TP 1, or --draft-tp 1) waits for
+    // nothing until the last pass (a sharded draft at TP > 1 takes the
+    // collectives' timed wait after every pass). The draft's store row s
     // holds batch entry rows[s].
     void* queue = draft_->device_queue();
     if (queue == nullptr) return absl::InternalError("device sampling needs a device draft model");
