@@ -86,6 +86,7 @@ class CudaLlamaModel : public ModelRunner {
   absl::Status Forward(const ForwardBatch& batch, float* logits) override;
   bool logits_on_device_ok() const override { return true; }
   void* device_queue() const override { return stream_; }
+  int64_t graph_replays() const override { return graph_replays_.load(std::memory_order_relaxed); }
 
  private:
   // One pass over the layers for `batch`, whose requests each bring at most
@@ -142,6 +143,7 @@ class CudaLlamaModel : public ModelRunner {
     bool failed = false;  // capture refused: this shape stays eager
   };
   bool cuda_graphs_ = true;
+  std::atomic<int64_t> graph_replays_{0};
   bool skinny_gemm_ = false;  // before Init
   std::map<GraphKey, GraphEntry> graphs_;
 };
@@ -164,6 +166,7 @@ absl::Status CudaLlamaModel::EnqueueMaybeGraph(const Key& key, bool graphable,
   GraphEntry& entry = graphs_[key];
   if (entry.exec != nullptr) {
     VERDICT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(entry.exec, stream_));
+    graph_replays_.fetch_add(1, std::memory_order_relaxed);
     return absl::OkStatus();
   }
   if (entry.failed || entry.uses++ == 0) return enqueue();
@@ -176,6 +179,7 @@ absl::Status CudaLlamaModel::EnqueueMaybeGraph(const Key& key, bool graphable,
     cudaGraphDestroy(graph);
     if (made == cudaSuccess) {
       VERDICT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(entry.exec, stream_));
+      graph_replays_.fetch_add(1, std::memory_order_relaxed);
       return absl::OkStatus();
     }
     entry.exec = nullptr;

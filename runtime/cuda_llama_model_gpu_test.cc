@@ -255,6 +255,11 @@ TEST(CudaLlamaModelTest, GraphReplayEqualsEagerLaunches) {
     ASSERT_TRUE(models[1]->Forward(verify, eager.data()).ok()) << "step " << step;
     ASSERT_EQ(with_graphs, eager) << "step " << step;
   }
+  // Each shape's first use runs eagerly and every later one from its graph:
+  // some of the twelve steps, never all, replayed.
+  EXPECT_GT(models[0]->graph_replays(), 0);
+  EXPECT_LT(models[0]->graph_replays(), 12);
+  EXPECT_EQ(models[1]->graph_replays(), 0);
 }
 
 // The draft loop's passes: token ids read from device memory and a pass

@@ -373,8 +373,14 @@ void Engine::Shutdown(absl::Time deadline) {
 }
 
 EngineStats Engine::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  EngineStats stats;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats = stats_;
+  }
+  stats.target_graph_replays = target_->graph_replays();
+  if (draft_model_.has_value()) stats.draft_graph_replays = draft_model_->runner->graph_replays();
+  return stats;
 }
 
 StepControl Engine::CollectControl() {

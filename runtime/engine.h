@@ -138,6 +138,9 @@ struct EngineStats {
   int64_t plan_checks = 0;
   int64_t plan_mismatches = 0;
   std::vector<int32_t> last_verify_lens;  // the latest step's plan
+  // Passes the models replayed from CUDA graphs (ModelRunner::graph_replays).
+  int64_t target_graph_replays = 0;
+  int64_t draft_graph_replays = 0;
 };
 
 // One decode step as a rank saw it (Engine::set_step_observer): what

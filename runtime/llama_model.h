@@ -82,6 +82,10 @@ class ModelRunner {
   // follow a pass that did not wait; null on host backends, whose Forward
   // always waits and takes no device token ids.
   virtual void* device_queue() const { return nullptr; }
+
+  // Passes replayed from a captured CUDA graph so far (the CUDA backend);
+  // 0 on host backends. Safe to read while another thread runs Forward.
+  virtual int64_t graph_replays() const { return 0; }
 };
 
 struct CpuModelOptions {

@@ -55,14 +55,21 @@ for prompt in "${prompts[@]}"; do
   for config in "${configs[@]}"; do
     read -r mode overlap draft_tp <<<"$config"
     name="$mode overlap-$overlap$([[ $draft_tp == 1 ]] && echo ' draft-tp-1')"
-    got=$(TMPDIR=$session ids "${mpirun[@]}" "$verdict" "${common[@]}" --tp="$tp" \
-      --verify-mode="$mode" --overlap="$overlap" --draft-tp="$draft_tp" --plan-check-interval=1)
-    if [[ -n "$reference" && "$got" == "$reference" ]]; then
-      echo "PASS greedy tp$tp $name: '$prompt' ($(tr ',' '\n' <<<"$got" | wc -l) tokens = tp1 autoregressive)"
+    run=$(TMPDIR=$session "${mpirun[@]}" "$verdict" "${common[@]}" --tp="$tp" \
+      --verify-mode="$mode" --overlap="$overlap" --draft-tp="$draft_tp" --plan-check-interval=1 \
+      --print-token-ids 2>&1)
+    got=$(sed -n 's/^completion_token_ids=//p' <<<"$run" | tail -1)
+    # Passes replayed from graphs, target/draft: at TP > 1 the collectives
+    # are captured too, so the target must replay some.
+    replays=$(grep -o 'graph_replays=[0-9]*/[0-9]*' <<<"$run" | tail -1)
+    replays=${replays#graph_replays=}
+    if [[ -n "$reference" && "$got" == "$reference" && "${replays%%/*}" -gt 0 ]]; then
+      echo "PASS greedy tp$tp $name: '$prompt' ($(tr ',' '\n' <<<"$got" | wc -l) tokens = tp1 autoregressive; graph replays $replays)"
     else
       echo "FAIL greedy tp$tp $name: '$prompt'"
       echo "  tp1 autoregressive: $reference"
       echo "  tp$tp speculative:  $got"
+      echo "  graph replays (target/draft): ${replays:-none reported}"
       failures=$((failures + 1))
     fi
   done
