@@ -231,6 +231,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   if (!options.cost_table_path.empty()) {
     absl::StatusOr<CostTable> loaded = CostTable::Load(options.cost_table_path);
     if (!loaded.ok()) return loaded.status();
+    if (loaded->measured_tp() > 0 && loaded->measured_tp() != comm->world_size() &&
+        comm->rank() == 0) {
+      // Usable, but its costs are another degree's: the step times (and so
+      // the budgets that pay off) change with TP.
+      std::fprintf(stderr,
+                   "verdict: the cost table %s was measured at TP %d, this job runs TP %d; "
+                   "plans use its costs as they are (measure one with verdict profile --tp %d)\n",
+                   options.cost_table_path.c_str(), loaded->measured_tp(), comm->world_size(),
+                   comm->world_size());
+    }
     table = *std::move(loaded);
   }
   PlannerOptions planner;

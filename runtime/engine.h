@@ -206,6 +206,7 @@ class Engine : public GenerationService {
   // False once the loop has stopped on an error (/ready then says 503).
   bool ready() const { return !loop_failed_.load(); }
   int rank() const { return comm_->rank(); }
+  int world_size() const { return comm_->world_size(); }  // the TP degree
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelConfig& target_config() const { return target_->config(); }
   int64_t max_model_len() const { return max_model_len_; }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -362,6 +363,26 @@ TEST(EngineDraftTpTest, OnlyOneOrTheTpDegree) {
   EXPECT_TRUE(
       Engine::Create(options, ModelSource{"models/target"}, ModelSource{"models/draft"}, &comm)
           .ok());
+}
+
+TEST(EngineCostTableTest, SaysWhenTheTableWasMeasuredAtAnotherTp) {
+  const std::string path = ::testing::TempDir() + "/engine_test_tp2_table.json";
+  {
+    std::ofstream out(path);
+    out << R"({"tp": 2, "batch_sizes": [1, 8], "verify_tokens": [1, 48],
+              "seconds": [[0.010, 0.014], [0.011, 0.020]]})";
+  }
+  LocalCommunicator comm;
+  EngineOptions options;
+  options.kv_cache_tokens = 8192;
+  options.verify_mode = VerifyMode::kCompact;
+  options.cost_table_path = path;
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(
+      options, ModelSource{"models/target"}, ModelSource{"models/draft"}, &comm);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_THAT(said, ::testing::HasSubstr("was measured at TP 2, this job runs TP 1"));
 }
 
 TEST(EngineBuiltinShapeTest, RefusedWithoutDummyWeightsOrWithAnUnknownName) {

@@ -461,6 +461,7 @@ absl::StatusOr<ProfileResult> RunProfile(Engine& engine, const ProfileOptions& o
 
   absl::StatusOr<CostTable> table = CostTableFromCells(cells);
   if (!table.ok()) return table.status();
+  table->set_measured_tp(engine.world_size());
   if (!options.output_path.empty()) {
     if (absl::Status s = table->Save(options.output_path); !s.ok()) return s;
   }

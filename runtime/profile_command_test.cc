@@ -83,6 +83,7 @@ TEST(ProfileTest, MeasuresTheGridItIsAskedForWithThePinsInPlace) {
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_THAT(table->batch_sizes(), ElementsAre(1, 2));
   EXPECT_THAT(table->verify_tokens(), ElementsAre(1, 2, 6, 12));
+  EXPECT_EQ(table->measured_tp(), 1);
   for (size_t b = 0; b < 2; ++b) {
     for (size_t m = 0; m < 4; ++m) EXPECT_GT(table->seconds(b, m), 0.0) << b << "," << m;
   }

@@ -186,7 +186,18 @@ absl::StatusOr<CostTable> CostTable::FromJson(std::string_view text) {
       seconds.push_back(row[m].get<double>());
     }
   }
-  return Create(*std::move(batch_sizes), *std::move(verify_tokens), std::move(seconds));
+  int measured_tp = 0;
+  if (auto tp = doc.find("tp"); tp != doc.end()) {
+    if (!tp->is_number_integer() || tp->get<int64_t>() < 1 || tp->get<int64_t>() > 65536) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cost table: 'tp' must be a positive integer, got ", tp->dump()));
+    }
+    measured_tp = static_cast<int>(tp->get<int64_t>());
+  }
+  absl::StatusOr<CostTable> table =
+      Create(*std::move(batch_sizes), *std::move(verify_tokens), std::move(seconds));
+  if (table.ok()) table->set_measured_tp(measured_tp);
+  return table;
 }
 
 absl::StatusOr<CostTable> CostTable::Load(const std::string& path) {
@@ -212,6 +223,7 @@ std::string CostTable::ToJson() const {
     rows.push_back(std::move(row));
   }
   doc["seconds"] = std::move(rows);
+  if (measured_tp_ > 0) doc["tp"] = measured_tp_;
   return doc.dump(1) + "\n";
 }
 

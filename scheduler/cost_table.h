@@ -8,7 +8,10 @@
 //   {"batch_sizes":   [1, 8, 64],          strictly increasing, positive
 //    "verify_tokens": [1, 16, 128, 512],   strictly increasing, positive
 //    "seconds":       [[...], [...], [...]]}  seconds[b][m], each > 0
-// Other keys are ignored, so a profiler may add its own metadata. Cells with
+// An optional "tp": the tensor-parallel degree the table was measured at
+// (a positive integer; `verdict profile` writes it), so that a server at
+// another degree can say its costs come from elsewhere. Other keys are
+// ignored, so a profiler may add its own metadata. Cells with
 // M < B cannot be measured (each request verifies at least one row); a
 // profiler writes the time at M = B there.
 //
@@ -123,6 +126,10 @@ class CostTable {
   // Fills `curve` (reusing its storage) with the table at `batch_size`.
   void CurveAt(double batch_size, CostCurve* curve) const;
 
+  // The TP degree the table was measured at; 0 when it does not say.
+  int measured_tp() const { return measured_tp_; }
+  void set_measured_tp(int tp) { measured_tp_ = tp; }
+
   const std::vector<double>& batch_sizes() const { return batch_sizes_; }
   const std::vector<double>& verify_tokens() const { return verify_tokens_; }
   double seconds(std::size_t b, std::size_t m) const {
@@ -135,6 +142,7 @@ class CostTable {
   std::vector<double> batch_sizes_;
   std::vector<double> verify_tokens_;
   std::vector<double> seconds_;
+  int measured_tp_ = 0;
 };
 
 }  // namespace verdict

@@ -135,6 +135,17 @@ TEST(CostTableTest, SaveAndLoad) {
   EXPECT_EQ(CostTable::Load(path).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(CostTableTest, KeepsTheTpItWasMeasuredAt) {
+  CostTable t = AffineTable();
+  EXPECT_EQ(t.measured_tp(), 0);
+  EXPECT_THAT(t.ToJson(), ::testing::Not(HasSubstr("\"tp\"")));
+  t.set_measured_tp(4);
+  const absl::StatusOr<CostTable> back = CostTable::FromJson(t.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->measured_tp(), 4);
+  EXPECT_EQ(back->Predict(5, 17), t.Predict(5, 17));
+}
+
 TEST(CostTableTest, IgnoresUnknownKeys) {
   const absl::StatusOr<CostTable> t = CostTable::FromJson(
       R"({"device": "H200", "batch_sizes": [1], "verify_tokens": [1, 2],
@@ -198,6 +209,12 @@ INSTANTIATE_TEST_SUITE_P(
                  "batch_sizes is empty"},
         BadTable{"NoSeconds", R"({"batch_sizes": [1], "verify_tokens": [1]})",
                  "'seconds' is missing"},
+        BadTable{"ZeroTp",
+                 R"({"tp": 0, "batch_sizes": [1], "verify_tokens": [1], "seconds": [[0.1]]})",
+                 "'tp' must be a positive integer, got 0"},
+        BadTable{"FractionalTp",
+                 R"({"tp": 1.5, "batch_sizes": [1], "verify_tokens": [1], "seconds": [[0.1]]})",
+                 "'tp' must be a positive integer, got 1.5"},
         BadTable{"NotJson", R"({"batch_sizes": [1], )", "not valid JSON"},
         BadTable{"NotObject", R"([1, 2])", "not an object"}),
     [](const ::testing::TestParamInfo<BadTable>& info) { return std::string(info.param.name); });

@@ -100,6 +100,10 @@ int Run() {
     if (!grid) {
       std::fprintf(stderr, "profile tp: rank 0's table does not hold the grid it was asked for\n");
       ok = false;
+    } else if (result->table->measured_tp() != world) {
+      std::fprintf(stderr, "profile tp: the table says TP %d, measured at TP %d\n",
+                   result->table->measured_tp(), world);
+      ok = false;
     }
     if (ok) {
       std::printf("profile tp: %d ranks ran the same %lld pinned steps\n", world,
