@@ -5,7 +5,8 @@
 #
 #   tools/device/tp_check.sh [TP]
 #
-#  0. The NCCL communicator's own test over TP ranks.
+#  0. The communicators' own tests over TP ranks (NCCL, the one-shot NVLink
+#     all-reduce), and their latency side by side.
 #  1. Greedy tokens: TP ranks, speculative in every verify mode with overlap
 #     off and on (and compact with a whole draft per rank, --draft-tp=1),
 #     against one rank's autoregressive output, on several prompts of the
@@ -28,15 +29,25 @@ ids() {  # the completion's token ids from a `verdict generate` run
   "$@" --print-token-ids 2>&1 | sed -n 's/^completion_token_ids=//p' | tail -1
 }
 
-# The communicator itself, one rank per GPU: sums, gathers, broadcasts, a
-# captured all-reduce and a peer that never arrives.
-if TMPDIR=$session "${mpirun[@]}" "$bundle/bin/comm/nccl_communicator_tp_gpu_test" --gtest_color=no \
-    >"${OUT:-/tmp}/tp_check_nccl.log" 2>&1; then
-  echo "PASS nccl tp$tp: $(grep -c '^\[       OK' "${OUT:-/tmp}/tp_check_nccl.log") test results OK over $tp ranks"
-else
-  echo "FAIL nccl tp$tp (log: tp_check_nccl.log)"
-  grep -E "Failure|FAILED|error" "${OUT:-/tmp}/tp_check_nccl.log" | head -8 | sed 's/^/  /'
-  failures=$((failures + 1))
+# The communicators themselves, one rank per GPU: NCCL (sums, gathers,
+# broadcasts, a captured all-reduce, a peer that never arrives) and the
+# one-shot NVLink all-reduce (bit for bit against its CPU twin, graphs).
+for test in nccl_communicator_tp_gpu_test nvlink_all_reduce_gpu_test; do
+  log_file="${OUT:-/tmp}/tp_check_$test.log"
+  # A bounded run: a collective that never completes must fail, not hang.
+  if TMPDIR=$session timeout 180 "${mpirun[@]}" "$bundle/bin/comm/$test" --gtest_color=no \
+      >"$log_file" 2>&1; then
+    echo "PASS $test tp$tp: $(grep -c '^\[       OK' "$log_file") test results OK over $tp ranks"
+  else
+    echo "FAIL $test tp$tp (log: $(basename "$log_file"))"
+    grep -E "Failure|FAILED|error" "$log_file" | head -8 | sed 's/^/  /'
+    failures=$((failures + 1))
+  fi
+done
+# Their latency side by side (not a check): NCCL against the one-shot.
+if [[ -x "$bundle/bin/comm/all_reduce_benchmark" ]]; then
+  TMPDIR=$session timeout 180 "${mpirun[@]}" "$bundle/bin/comm/all_reduce_benchmark" \
+    --out="${OUT:-/tmp}/all_reduce_tp$tp.md" 2>&1 | tail -9
 fi
 
 prompts=("Once upon a time" "The capital of France is" "def fibonacci(n):"
