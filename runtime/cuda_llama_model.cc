@@ -78,6 +78,7 @@ class CudaLlamaModel : public ModelRunner {
   }
 
   void set_cuda_graphs(bool on) { cuda_graphs_ = on; }
+  void set_one_shot_all_reduce(NvlinkAllReduce* all_reduce) { one_shot_ = all_reduce; }
   void set_skinny_gemm(bool on) { skinny_gemm_ = on; }
 
   absl::Status Init(const WeightSource& source, int load_threads);
@@ -106,6 +107,9 @@ class CudaLlamaModel : public ModelRunner {
   void DropGraphs();
   absl::Status AllReduce(void* buffer, size_t count, DataType type) {
     if (tp_.size == 1) return absl::OkStatus();
+    if (one_shot_ != nullptr && count * DataTypeSize(type) <= one_shot_->max_bytes()) {
+      return one_shot_->AllReduceSum(buffer, buffer, count, type, stream_);
+    }
     return comm_->AllReduceSum(buffer, buffer, count, type, stream_);
   }
 
@@ -143,6 +147,7 @@ class CudaLlamaModel : public ModelRunner {
     bool failed = false;  // capture refused: this shape stays eager
   };
   bool cuda_graphs_ = true;
+  NvlinkAllReduce* one_shot_ = nullptr;  // CudaModelOptions::one_shot_all_reduce
   std::atomic<int64_t> graph_replays_{0};
   bool skinny_gemm_ = false;  // before Init
   std::map<GraphKey, GraphEntry> graphs_;
@@ -740,6 +745,13 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaLlamaModel(const ModelCon
   if (device < 0) VERDICT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   auto model = std::make_unique<CudaLlamaModel>(config, kv_cache, device_comm, tp, device);
   model->set_cuda_graphs(options.cuda_graphs);
+  if (tp.size > 1 && options.one_shot_all_reduce != nullptr) {
+    if (options.one_shot_all_reduce->world_size() != tp.size ||
+        options.one_shot_all_reduce->rank() != tp.rank) {
+      return absl::InvalidArgumentError("the one-shot all-reduce spans other ranks than the model");
+    }
+    model->set_one_shot_all_reduce(options.one_shot_all_reduce);
+  }
   model->set_skinny_gemm(options.skinny_gemm);
   if (absl::Status s = model->Init(source, options.load_threads); !s.ok()) return s;
   return std::unique_ptr<ModelRunner>(std::move(model));

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
+#include "comm/nvlink_all_reduce.h"
 #include "runtime/kv_cache.h"
 #include "runtime/llama_model.h"
 #include "runtime/model_config.h"
@@ -46,6 +47,13 @@ struct CudaModelOptions {
   // engine turns it on for the draft only: the target's verify rows must
   // equal its decode rows (greedy speculation equals greedy decoding).
   bool skinny_gemm = false;
+  // At TP > 1, if set: all-reduces of at most its max_bytes() run as the
+  // one-shot kernel over peer-mapped memory (comm/nvlink_all_reduce.h)
+  // instead of NCCL; larger ones stay on NCCL. At TP 2 both give the same
+  // bits (one rounded addition). One per model, outliving it: two models'
+  // passes may run at once on the device, and each instance holds one
+  // exchange buffer.
+  NvlinkAllReduce* one_shot_all_reduce = nullptr;
 };
 
 // Loads this rank's shard as bf16 into device memory and allocates the

@@ -119,6 +119,17 @@ absl::StatusOr<Engine::Model> Engine::LoadModel(const ModelSource& source,
     CudaModelOptions cuda;
     cuda.cuda_graphs = options.cuda_graphs;
     cuda.skinny_gemm = is_draft;
+    if (options.one_shot_all_reduce && device_comm != nullptr && device_comm->world_size() > 1) {
+      // Collective over the ranks (they load the same models in the same
+      // order). The largest message it carries: 512 rows of a 4096-wide
+      // bf16 activation, or 256 rows of the float32 embedding sum.
+      constexpr size_t kOneShotBytes = size_t{4} << 20;
+      absl::StatusOr<std::unique_ptr<NvlinkAllReduce>> one_shot =
+          NvlinkAllReduce::Create(*comm, kOneShotBytes);
+      if (!one_shot.ok()) return one_shot.status();
+      model.one_shot_all_reduce = *std::move(one_shot);
+      cuda.one_shot_all_reduce = model.one_shot_all_reduce.get();
+    }
     runner = CreateCudaLlamaModel(model.config, *model.weights, model.kv.get(), device_comm, cuda);
   } else {
     CpuModelOptions cpu;

@@ -54,6 +54,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "comm/communicator.h"
+#include "comm/nvlink_all_reduce.h"
 #include "monitoring/collective_timer.h"
 #include "monitoring/metrics.h"
 #include "runtime/generation.h"
@@ -115,6 +116,10 @@ struct EngineOptions {
   bool overlap = false;
   ModelBackend backend = ModelBackend::kCpu;
   bool cuda_graphs = true;  // CUDA backend: replay repeated step shapes from graphs
+  // CUDA backend at TP > 1 (each model sharded over the ranks): small
+  // all-reduces as one-shot kernels over peer-mapped memory of the host's
+  // GPUs instead of NCCL (comm/nvlink_all_reduce.h). Ignored elsewhere.
+  bool one_shot_all_reduce = false;
   // The longest one device collective (NCCL) may take.
   absl::Duration comm_timeout = absl::Seconds(30);
 };
@@ -219,6 +224,8 @@ class Engine : public GenerationService {
   struct Request;
   struct Model {
     std::unique_ptr<KvCache> kv;
+    // Before the runner, which uses it: destroyed after it.
+    std::unique_ptr<NvlinkAllReduce> one_shot_all_reduce;
     std::unique_ptr<ModelRunner> runner;
     std::unique_ptr<WeightSource> weights;
     ModelConfig config;

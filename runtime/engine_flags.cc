@@ -49,6 +49,9 @@ ABSL_FLAG(std::string, backend, "cpu",
           "where the models run: cpu (float32, any machine) or cuda (bf16, one GPU per rank)");
 ABSL_FLAG(std::string, cuda_graphs, "on",
           "cuda backend: on replays repeated draft and verify step shapes from CUDA graphs");
+ABSL_FLAG(std::string, one_shot_all_reduce, "off",
+          "on: at TP > 1 on the CUDA backend, small all-reduces run as one-shot kernels over "
+          "the peer-mapped memory of the host's GPUs instead of NCCL");
 ABSL_FLAG(double, comm_timeout, 30, "seconds a collective may take before every rank aborts");
 ABSL_FLAG(double, simulate_acceptance, -1,
           "benchmarks at real shapes: accept every verified draft with this probability (0 to 1) "
@@ -133,6 +136,10 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
   absl::StatusOr<bool> graphs = IsFirstChoice("cuda-graphs", FLAGS_cuda_graphs, "on", "off");
   if (!graphs.ok()) return graphs.status();
   options.cuda_graphs = *graphs;
+  absl::StatusOr<bool> one_shot =
+      IsFirstChoice("one-shot-all-reduce", FLAGS_one_shot_all_reduce, "on", "off");
+  if (!one_shot.ok()) return one_shot.status();
+  options.one_shot_all_reduce = *one_shot;
 
   absl::StatusOr<bool> real_weights =
       IsFirstChoice("load-format", FLAGS_load_format, "auto", "dummy");

@@ -8,7 +8,8 @@
 #  0. The communicators' own tests over TP ranks (NCCL, the one-shot NVLink
 #     all-reduce), and their latency side by side.
 #  1. Greedy tokens: TP ranks, speculative in every verify mode with overlap
-#     off and on (and compact with a whole draft per rank, --draft-tp=1),
+#     off and on (and compact with a whole draft per rank, --draft-tp=1, and
+#     with the one-shot all-reduce),
 #     against one rank's autoregressive output, on several prompts of the
 #     bundled pair.
 #  2. A killed rank: `verdict serve` under mpirun, rank 1 gets SIGKILL once
@@ -56,19 +57,21 @@ prompts=("${prompts[@]:0:${PROMPTS:-${#prompts[@]}}}")  # PROMPTS=N: the first N
 for prompt in "${prompts[@]}"; do
   common=(generate --backend=cuda --temperature=0 --max-tokens=64 "--prompt=$prompt")
   reference=$(ids "$verdict" "${common[@]}" --speculation=off)
-  # Every mode with overlap off and on, the draft sharded; then a whole
-  # draft on every rank (--draft-tp=1).
+  # Every mode with overlap off and on, the draft sharded and NCCL's
+  # all-reduce; then a whole draft on every rank (--draft-tp=1), and the
+  # one-shot all-reduce (--one-shot-all-reduce=on).
   configs=()
   for mode in static cap-accept compact; do
-    for overlap in off on; do configs+=("$mode $overlap 0"); done
+    for overlap in off on; do configs+=("$mode $overlap 0 off"); done
   done
-  configs+=("compact on 1")
+  configs+=("compact on 1 off" "compact on 0 on")
   for config in "${configs[@]}"; do
-    read -r mode overlap draft_tp <<<"$config"
+    read -r mode overlap draft_tp one_shot <<<"$config"
     name="$mode overlap-$overlap$([[ $draft_tp == 1 ]] && echo ' draft-tp-1')"
-    run=$(TMPDIR=$session "${mpirun[@]}" "$verdict" "${common[@]}" --tp="$tp" \
-      --verify-mode="$mode" --overlap="$overlap" --draft-tp="$draft_tp" --plan-check-interval=1 \
-      --print-token-ids 2>&1)
+    name+="$([[ $one_shot == on ]] && echo ' one-shot-all-reduce')"
+    run=$(TMPDIR=$session timeout 300 "${mpirun[@]}" "$verdict" "${common[@]}" --tp="$tp" \
+      --verify-mode="$mode" --overlap="$overlap" --draft-tp="$draft_tp" \
+      --one-shot-all-reduce="$one_shot" --plan-check-interval=1 --print-token-ids 2>&1)
     got=$(sed -n 's/^completion_token_ids=//p' <<<"$run" | tail -1)
     # Passes replayed from graphs, target/draft: at TP > 1 the collectives
     # are captured too, so the target must replay some.
