@@ -23,7 +23,8 @@ struct SharedHandles {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NvlinkAllReduce>> NvlinkAllReduce::Create(Communicator& host,
-                                                                         size_t max_bytes) {
+                                                                         size_t max_bytes,
+                                                                         absl::Duration timeout) {
   if (host.world_size() > kOneShotMaxRanks) {
     return absl::InvalidArgumentError(absl::StrCat("NVLink all-reduce: at most ",
                                                    kOneShotMaxRanks, " ranks, not ",
@@ -35,6 +36,7 @@ absl::StatusOr<std::unique_ptr<NvlinkAllReduce>> NvlinkAllReduce::Create(Communi
   }
   std::unique_ptr<NvlinkAllReduce> all_reduce(new NvlinkAllReduce());
   all_reduce->max_bytes_ = max_bytes;
+  all_reduce->args_.timeout_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(timeout));
   absl::Status local = all_reduce->Init(host);
   // Every rank learns whether every rank could map its peers, so that none
   // goes on with a peer that cannot take part.
@@ -60,6 +62,7 @@ absl::Status NvlinkAllReduce::Init(Communicator& host) {
   SharedHandles mine;
   std::memset(&mine, 0, sizeof(mine));
   const absl::Status prepared = [&]() -> absl::Status {
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device_));
     VERDICT_CUDA_RETURN_IF_ERROR(cudaMalloc(&buffer_, max_bytes_));
     VERDICT_CUDA_RETURN_IF_ERROR(
         cudaMalloc(reinterpret_cast<void**>(&signals_), sizeof(OneShotSignals)));
@@ -98,9 +101,14 @@ absl::Status NvlinkAllReduce::Init(Communicator& host) {
 }
 
 NvlinkAllReduce::~NvlinkAllReduce() {
+  // The destroying thread may have another device current.
+  int current = -1;
+  cudaGetDevice(&current);
+  cudaSetDevice(device_);
   for (void* mapped : mapped_) cudaIpcCloseMemHandle(mapped);
   if (signals_ != nullptr) cudaFree(signals_);
   if (buffer_ != nullptr) cudaFree(buffer_);
+  if (current >= 0) cudaSetDevice(current);
 }
 
 absl::Status NvlinkAllReduce::AllReduceSum(const void* send, void* recv, size_t count,
@@ -121,6 +129,7 @@ absl::Status NvlinkAllReduce::AllReduceSum(const void* send, void* recv, size_t 
   args.count = static_cast<int64_t>(count);
   args.type = type;
   args.out = recv;
+  calls_.fetch_add(1, std::memory_order_relaxed);
   return LaunchOneShotAllReduce(args, stream);
 }
 

@@ -8,16 +8,20 @@
 // rank returns the error. AllReduceSum only enqueues (a copy of the input
 // into the exchange buffer and the kernel), so it can be captured in a CUDA
 // graph; every rank must call it with the same count and type, in the same
-// order, as with any collective.
+// order, as with any collective, and all of one instance's calls on one
+// stream.
 #ifndef VERDICT_COMM_NVLINK_ALL_REDUCE_H_
 #define VERDICT_COMM_NVLINK_ALL_REDUCE_H_
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "comm/communicator.h"
 #include "comm/one_shot_all_reduce.h"
 
@@ -25,8 +29,10 @@ namespace verdict {
 
 class NvlinkAllReduce {
  public:
-  static absl::StatusOr<std::unique_ptr<NvlinkAllReduce>> Create(Communicator& host,
-                                                                 size_t max_bytes);
+  // `timeout`: how long a kernel waits for a missing peer before it traps
+  // (the launch then fails instead of spinning).
+  static absl::StatusOr<std::unique_ptr<NvlinkAllReduce>> Create(
+      Communicator& host, size_t max_bytes, absl::Duration timeout = absl::Seconds(60));
   NvlinkAllReduce(const NvlinkAllReduce&) = delete;
   NvlinkAllReduce& operator=(const NvlinkAllReduce&) = delete;
   ~NvlinkAllReduce();
@@ -34,6 +40,8 @@ class NvlinkAllReduce {
   int rank() const { return args_.rank; }
   int world_size() const { return args_.world; }
   size_t max_bytes() const { return max_bytes_; }
+  // AllReduceSum calls enqueued so far.
+  int64_t calls() const { return calls_.load(std::memory_order_relaxed); }
 
   // recv[i] = sum over ranks of send[i], summed in rank order in float (bf16
   // rounded once), the same bits on every rank. send may equal recv. Device
@@ -47,6 +55,8 @@ class NvlinkAllReduce {
   absl::Status Init(Communicator& host);
 
   size_t max_bytes_ = 0;
+  int device_ = 0;                       // where the memory lives
+  std::atomic<int64_t> calls_{0};
   void* buffer_ = nullptr;               // this rank's exchange buffer
   OneShotSignals* signals_ = nullptr;    // this rank's signal block
   std::vector<void*> mapped_;            // peers' IPC mappings, to close

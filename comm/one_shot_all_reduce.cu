@@ -20,6 +20,12 @@ __device__ __forceinline__ uint32_t LoadAcquire(const uint32_t* address) {
   return value;
 }
 
+__device__ __forceinline__ uint64_t GlobalNanoseconds() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // The bit-level conversions of kernels/bf16.h, so that device sums round
 // exactly as the CPU twin's.
 __device__ __forceinline__ float Bf16Bits(uint32_t bits) { return __uint_as_float(bits << 16); }
@@ -43,8 +49,13 @@ __device__ __forceinline__ void BlockBarrier(const OneShotAllReduceArgs& args, b
     StoreRelease(at_end ? &peer->end[b][args.rank] : &peer->start[b][args.rank], epoch);
     const uint32_t* word = at_end ? &mine->end[b][p] : &mine->start[b][p];
     // A peer is at this call or the one before: it cannot start the next
-    // call's barrier before this block has passed its end barrier.
+    // call's barrier before this block has passed its end barrier. A peer
+    // that never arrives traps the kernel after the timeout: the launch
+    // fails, and with it this rank's next CUDA call, instead of spinning
+    // until the process is killed.
+    const uint64_t since = GlobalNanoseconds();
     while (LoadAcquire(word) != epoch) {
+      if (GlobalNanoseconds() - since > args.timeout_ns) __trap();
     }
   }
   __syncthreads();
@@ -53,34 +64,38 @@ __device__ __forceinline__ void BlockBarrier(const OneShotAllReduceArgs& args, b
 // 16 bytes of each rank's buffer per step: 4 floats or 8 bf16.
 template <bool kBf16>
 __device__ __forceinline__ void SumPack(const OneShotAllReduceArgs& args, int64_t pack) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  // Rank 0's values, then each further rank's added in order (so one rank
+  // is its input, and two ranks are one addition, as with NCCL).
+  float acc[8];
   for (int r = 0; r < args.world; ++r) {
     const uint4 v = reinterpret_cast<const uint4*>(args.buffers[r])[pack];
     const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-    if constexpr (kBf16) {
-      for (int j = 0; j < 4; ++j) {
-        acc[2 * j] += Bf16Bits(words[j] & 0xffffu);
-        acc[2 * j + 1] += Bf16Bits(words[j] >> 16);
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (kBf16) {
+        const float lo = Bf16Bits(words[j] & 0xffffu), hi = Bf16Bits(words[j] >> 16);
+        acc[2 * j] = r == 0 ? lo : acc[2 * j] + lo;
+        acc[2 * j + 1] = r == 0 ? hi : acc[2 * j + 1] + hi;
+      } else {
+        const float x = __uint_as_float(words[j]);
+        acc[j] = r == 0 ? x : acc[j] + x;
       }
-    } else {
-      for (int j = 0; j < 4; ++j) acc[j] += __uint_as_float(words[j]);
     }
   }
-  uint4 result;
-  uint32_t* out_words = &result.x;
+  uint32_t w[4];
   for (int j = 0; j < 4; ++j) {
-    out_words[j] = kBf16 ? (ToBf16Bits(acc[2 * j]) | (ToBf16Bits(acc[2 * j + 1]) << 16))
-                         : __float_as_uint(acc[j]);
+    w[j] = kBf16 ? (ToBf16Bits(acc[2 * j]) | (ToBf16Bits(acc[2 * j + 1]) << 16))
+                 : __float_as_uint(acc[j]);
   }
-  reinterpret_cast<uint4*>(args.out)[pack] = result;
+  reinterpret_cast<uint4*>(args.out)[pack] = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 template <bool kBf16>
 __device__ __forceinline__ void SumElement(const OneShotAllReduceArgs& args, int64_t i) {
   float acc = 0.0f;
   for (int r = 0; r < args.world; ++r) {
-    acc += kBf16 ? Bf16Bits(static_cast<const uint16_t*>(args.buffers[r])[i])
-                 : static_cast<const float*>(args.buffers[r])[i];
+    const float x = kBf16 ? Bf16Bits(static_cast<const uint16_t*>(args.buffers[r])[i])
+                          : static_cast<const float*>(args.buffers[r])[i];
+    acc = r == 0 ? x : acc + x;
   }
   if (kBf16) {
     static_cast<uint16_t*>(args.out)[i] = static_cast<uint16_t>(ToBf16Bits(acc));

@@ -16,9 +16,12 @@
 // Block b of every rank covers the same slice, so block b waits only for
 // block b of its peers. The epochs live in device memory and each block
 // advances its own, so a launch captured in a CUDA graph replays correctly.
-// Every rank sums in the same order and so holds the same bits.
+// Every rank sums in the same order and so holds the same bits. One
+// instance's calls go on one stream: its buffer and signals serve one call
+// at a time.
 //
-// OneShotAllReduceCpu is the CPU twin: the same sums, the same roundings.
+// OneShotAllReduceCpu is the CPU twin: the same sums, the same roundings
+// (float32 NaN payloads aside: the device returns the canonical NaN).
 #ifndef VERDICT_COMM_ONE_SHOT_ALL_REDUCE_H_
 #define VERDICT_COMM_ONE_SHOT_ALL_REDUCE_H_
 
@@ -52,14 +55,17 @@ struct OneShotAllReduceArgs {
   int64_t count = 0;
   DataType type = DataType::kFloat32;  // kFloat32 or kBFloat16
   void* out = nullptr;                 // device memory, `count` elements
+  // A peer missing at a barrier for this long traps the kernel.
+  uint64_t timeout_ns = 60ull * 1000 * 1000 * 1000;
 };
 
 // Enqueues the kernel on `stream` (a cudaStream_t). The input must already
 // be in this rank's exchange buffer (buffers[rank]), enqueued before.
 absl::Status LaunchOneShotAllReduce(const OneShotAllReduceArgs& args, void* stream);
 
-// out[i] = inputs[0][i] + inputs[1][i] + ... in rank order, in float; a
-// bf16 result is rounded once (to nearest, ties to even). `inputs` holds
+// out[i] = (inputs[0][i] + inputs[1][i]) + ... in rank order, in float,
+// starting from rank 0's value; a bf16 result is rounded once (to nearest,
+// ties to even). `inputs` holds
 // one host array per rank of `count` elements of `type` (kFloat32 or
 // kBFloat16); `out` may be one of them.
 void OneShotAllReduceCpu(const std::vector<const void*>& inputs, int64_t count, DataType type,

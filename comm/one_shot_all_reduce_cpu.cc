@@ -8,12 +8,15 @@ namespace verdict {
 
 void OneShotAllReduceCpu(const std::vector<const void*>& inputs, int64_t count, DataType type,
                          void* out) {
-  // Sums into a scratch first: `out` may alias an input.
+  // Sums into a scratch first: `out` may alias an input. Rank 0's values,
+  // then each further rank's added in order.
   std::vector<float> sums(static_cast<size_t>(count), 0.0f);
-  for (const void* input : inputs) {
+  for (size_t r = 0; r < inputs.size(); ++r) {
     for (int64_t i = 0; i < count; ++i) {
-      sums[i] += type == DataType::kBFloat16 ? Bf16ToFloat(static_cast<const uint16_t*>(input)[i])
-                                             : static_cast<const float*>(input)[i];
+      const float x = type == DataType::kBFloat16
+                          ? Bf16ToFloat(static_cast<const uint16_t*>(inputs[r])[i])
+                          : static_cast<const float*>(inputs[r])[i];
+      sums[i] = r == 0 ? x : sums[i] + x;
     }
   }
   for (int64_t i = 0; i < count; ++i) {

@@ -12,16 +12,17 @@ namespace verdict {
 namespace {
 
 TEST(OneShotAllReduceCpuTest, SumsFloatsInRankOrder) {
-  // (1e8 + 1) - 1e8 = 0 in float, while 1e8 + (1 - 1e8) = 1: the order shows.
+  // (1e8 - 1e8) + 1 = 1 in float, while the reverse order, (1 - 1e8) + 1e8,
+  // gives 0: the order shows.
   const std::vector<float> a = {1e8f, 2.0f, -0.0f};
-  const std::vector<float> b = {1.0f, 3.0f, -0.0f};
-  const std::vector<float> c = {-1e8f, 0.5f, -0.0f};
+  const std::vector<float> b = {-1e8f, 3.0f, -0.0f};
+  const std::vector<float> c = {1.0f, 0.5f, -0.0f};
   std::vector<float> out(3);
   OneShotAllReduceCpu({a.data(), b.data(), c.data()}, 3, DataType::kFloat32, out.data());
-  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[0], 1.0f);
   EXPECT_EQ(out[1], 5.5f);
-  // The sum starts from +0: -0 + -0 + -0 + 0 is +0, as on the device.
-  EXPECT_FALSE(std::signbit(out[2]));
+  // The sum starts from rank 0's value: -0 + -0 + -0 stays -0, as NCCL's.
+  EXPECT_TRUE(std::signbit(out[2]));
 }
 
 TEST(OneShotAllReduceCpuTest, RoundsABf16SumOnce) {
@@ -39,10 +40,11 @@ TEST(OneShotAllReduceCpuTest, RoundsABf16SumOnce) {
 }
 
 TEST(OneShotAllReduceCpuTest, OneRankIsTheInput) {
-  const std::vector<float> a = {3.25f, -7.0f};
-  std::vector<float> out(2);
-  OneShotAllReduceCpu({a.data()}, 2, DataType::kFloat32, out.data());
+  const std::vector<float> a = {3.25f, -7.0f, -0.0f};
+  std::vector<float> out(3);
+  OneShotAllReduceCpu({a.data()}, 3, DataType::kFloat32, out.data());
   EXPECT_EQ(out, a);
+  EXPECT_TRUE(std::signbit(out[2]));
 }
 
 }  // namespace

@@ -125,7 +125,7 @@ absl::StatusOr<Engine::Model> Engine::LoadModel(const ModelSource& source,
       // bf16 activation, or 256 rows of the float32 embedding sum.
       constexpr size_t kOneShotBytes = size_t{4} << 20;
       absl::StatusOr<std::unique_ptr<NvlinkAllReduce>> one_shot =
-          NvlinkAllReduce::Create(*comm, kOneShotBytes);
+          NvlinkAllReduce::Create(*comm, kOneShotBytes, options.comm_timeout);
       if (!one_shot.ok()) return one_shot.status();
       model.one_shot_all_reduce = *std::move(one_shot);
       cuda.one_shot_all_reduce = model.one_shot_all_reduce.get();
@@ -401,6 +401,11 @@ EngineStats Engine::stats() const {
   }
   stats.target_graph_replays = target_->graph_replays();
   if (draft_model_.has_value()) stats.draft_graph_replays = draft_model_->runner->graph_replays();
+  for (const Model* m : {&target_model_, draft_model_.has_value() ? &*draft_model_ : nullptr}) {
+    if (m != nullptr && m->one_shot_all_reduce != nullptr) {
+      stats.one_shot_all_reduces += m->one_shot_all_reduce->calls();
+    }
+  }
   return stats;
 }
 

@@ -146,6 +146,9 @@ struct EngineStats {
   // Passes the models replayed from CUDA graphs (ModelRunner::graph_replays).
   int64_t target_graph_replays = 0;
   int64_t draft_graph_replays = 0;
+  // All-reduces the models enqueued as one-shot kernels (captured ones
+  // count once, at capture).
+  int64_t one_shot_all_reduces = 0;
 };
 
 // One decode step as a rank saw it (Engine::set_step_observer): what

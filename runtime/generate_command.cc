@@ -92,13 +92,14 @@ int RunGenerateCommand(absl::Span<char* const> positional) {
                  absl::StrFormat(
                      "finish_reason=%s prompt_tokens=%d completion_tokens=%d seconds=%.3f "
                      "tokens_per_second=%.1f steps=%d drafted=%d verified=%d accepted=%d "
-                     "acceptance_rate=%.3f tokens_per_step=%.3f graph_replays=%d/%d\n",
+                     "acceptance_rate=%.3f tokens_per_step=%.3f graph_replays=%d/%d one_shot_all_reduces=%d\n",
                      FinishReasonName(last.finish_reason), u.prompt_tokens,
                      u.completion_tokens, seconds, u.completion_tokens / seconds, stats.steps,
                      stats.drafted, stats.verified, stats.accepted,
                      stats.verified ? static_cast<double>(stats.accepted) / stats.verified : 0.0,
                      stats.steps ? static_cast<double>(stats.generated) / stats.steps : 0.0,
-                     stats.target_graph_replays, stats.draft_graph_replays)
+                     stats.target_graph_replays, stats.draft_graph_replays,
+                     stats.one_shot_all_reduces)
                      .c_str());
     if (last.finish_reason == FinishReason::kError) {
       std::fprintf(stderr, "verdict generate: %s\n", last.error.c_str());

@@ -48,7 +48,7 @@ done
 # Their latency side by side (not a check): NCCL against the one-shot.
 if [[ -x "$bundle/bin/comm/all_reduce_benchmark" ]]; then
   TMPDIR=$session timeout 180 "${mpirun[@]}" "$bundle/bin/comm/all_reduce_benchmark" \
-    --out="${OUT:-/tmp}/all_reduce_tp$tp.md" 2>&1 | tail -9
+    --out="${OUT:-/tmp}/all_reduce_tp$tp.md" 2>&1 | tail -10
 fi
 
 prompts=("Once upon a time" "The capital of France is" "def fibonacci(n):"
@@ -77,13 +77,18 @@ for prompt in "${prompts[@]}"; do
     # are captured too, so the target must replay some.
     replays=$(grep -o 'graph_replays=[0-9]*/[0-9]*' <<<"$run" | tail -1)
     replays=${replays#graph_replays=}
-    if [[ -n "$reference" && "$got" == "$reference" && "${replays%%/*}" -gt 0 ]]; then
-      echo "PASS greedy tp$tp $name: '$prompt' ($(tr ',' '\n' <<<"$got" | wc -l) tokens = tp1 autoregressive; graph replays $replays)"
+    # With the one-shot all-reduce on, the models must have used it.
+    one_shots=$(grep -o 'one_shot_all_reduces=[0-9]*' <<<"$run" | tail -1)
+    one_shots=${one_shots#one_shot_all_reduces=}
+    used=1
+    [[ $one_shot == on && ! "${one_shots:-0}" -gt 0 ]] && used=0
+    if [[ -n "$reference" && "$got" == "$reference" && "${replays%%/*}" -gt 0 && $used == 1 ]]; then
+      echo "PASS greedy tp$tp $name: '$prompt' ($(tr ',' '\n' <<<"$got" | wc -l) tokens = tp1 autoregressive; graph replays $replays; one-shot all-reduces ${one_shots:-0})"
     else
       echo "FAIL greedy tp$tp $name: '$prompt'"
       echo "  tp1 autoregressive: $reference"
       echo "  tp$tp speculative:  $got"
-      echo "  graph replays (target/draft): ${replays:-none reported}"
+      echo "  graph replays (target/draft): ${replays:-none reported}; one-shot all-reduces: ${one_shots:-none reported}"
       failures=$((failures + 1))
     fi
   done
