@@ -152,19 +152,10 @@ TEST_F(NcclTensorParallelGpuTest, AllReduceCapturedInAGraphSumsOnEveryReplay) {
   const size_t count = 8192;
   DeviceBuffer<float> send(std::vector<float>(count, 0.0f)), recv(std::vector<float>(count, 0.0f));
 
-  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  const absl::Status enqueued =
-      comm_->AllReduceSum(send.get(), recv.get(), count, DataType::kFloat32, stream_);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
-  // Freed on every way out: a live graph holds the NCCL communicator, whose
-  // destructor would otherwise wait its whole timeout.
-  std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> graph_owner(graph, &cudaGraphDestroy);
-  ASSERT_TRUE(enqueued.ok()) << enqueued;
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)> exec_owner(
-      exec, &cudaGraphExecDestroy);
+  CapturedGraph graph(stream_, [&] {
+    return comm_->AllReduceSum(send.get(), recv.get(), count, DataType::kFloat32, stream_);
+  });
+  ASSERT_TRUE(graph.status().ok()) << graph.status();
 
   const int n = world();
   for (int replay = 1; replay <= 3; ++replay) {
@@ -175,7 +166,7 @@ TEST_F(NcclTensorParallelGpuTest, AllReduceCapturedInAGraphSumsOnEveryReplay) {
     ASSERT_EQ(cudaMemcpyAsync(send.get(), mine.data(), count * sizeof(float),
                               cudaMemcpyHostToDevice, stream_),
               cudaSuccess);
-    ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    ASSERT_EQ(graph.Launch(stream_), cudaSuccess);
     ASSERT_TRUE(comm_->Synchronize(stream_).ok());
     const std::vector<float> got = recv.ToHost();
     for (size_t i = 0; i < count; ++i) {

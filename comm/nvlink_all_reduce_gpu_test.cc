@@ -168,24 +168,17 @@ TEST_F(NvlinkAllReduceGpuTest, ReplaysFromACapturedGraph) {
   const size_t count = 6 * 4096 + 8;
   DeviceBuffer<uint8_t> send(std::vector<uint8_t>(2 * count, 0)),
       recv(std::vector<uint8_t>(2 * count, 0));
-  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  const absl::Status enqueued =
-      all_reduce_->AllReduceSum(send.get(), recv.get(), count, DataType::kBFloat16, stream_);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
-  std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> graph_owner(graph, &cudaGraphDestroy);
-  ASSERT_TRUE(enqueued.ok()) << enqueued;
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)> exec_owner(
-      exec, &cudaGraphExecDestroy);
+  CapturedGraph graph(stream_, [&] {
+    return all_reduce_->AllReduceSum(send.get(), recv.get(), count, DataType::kBFloat16, stream_);
+  });
+  ASSERT_TRUE(graph.status().ok()) << graph.status();
   for (int replay = 0; replay < 4; ++replay) {
     const std::vector<uint8_t> mine = Input(DataType::kBFloat16, count, 900 + replay);
     const std::vector<uint8_t> want = Expected(mine, count, DataType::kBFloat16);
     ASSERT_EQ(cudaMemcpyAsync(send.get(), mine.data(), mine.size(), cudaMemcpyHostToDevice,
                               stream_),
               cudaSuccess);
-    ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    ASSERT_EQ(graph.Launch(stream_), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     EXPECT_EQ(recv.ToHost(), want) << "replay " << replay;  // every rank replays on
   }
