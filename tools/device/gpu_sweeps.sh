@@ -11,7 +11,9 @@
 # Environment: TP (default 1), OVERLAP (default "off,on"), CONCURRENCY
 # (default 1,4,16,64), MAX_TOKENS (default 256), MODES (default all three),
 # BASELINE=0 (leave out speculation off), TEMPERATURE (default 0),
-# EXTRA_SERVER_ARGS (e.g. a cost table).
+# EXTRA_SERVER_ARGS (e.g. a cost table), CONFIGS (flag sets to compare
+# instead of MODES, ';'-separated NAME=FLAGS, e.g.
+# "nccl=--verify-mode=static;one-shot=--verify-mode=static --one-shot-all-reduce=on").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 set_name=${1:?usage: gpu_sweeps.sh SET [OUT_DIR]}
@@ -34,7 +36,13 @@ case "$set_name" in
   *) echo "gpu_sweeps: unknown set '$set_name'" >&2; exit 2 ;;
 esac
 
-python3 tools/bench/sweep.py --verdict "$bundle/bin/runtime/verdict" \
+configs=()
+if [[ -n "${CONFIGS:-}" ]]; then
+  IFS=';' read -ra entries <<<"$CONFIGS"
+  for entry in "${entries[@]}"; do configs+=(--config "$entry"); done
+fi
+
+python3 tools/bench/sweep.py --verdict "$bundle/bin/runtime/verdict" "${configs[@]}" \
   --tp "${TP:-1}" --overlap "${OVERLAP:-off,on}" --modes "${MODES:-static,cap-accept,compact}" \
   --concurrency "$concurrency" --max-tokens "${MAX_TOKENS:-256}" \
   --temperature "${TEMPERATURE:-0}" --server-args "$server_args ${EXTRA_SERVER_ARGS:-}" --no-plot \
