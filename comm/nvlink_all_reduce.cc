@@ -12,8 +12,6 @@
 namespace verdict {
 namespace {
 
-size_t ElementBytes(DataType type) { return type == DataType::kBFloat16 ? 2 : 4; }
-
 // What one rank shares: the IPC handles of its buffer and its signals.
 struct SharedHandles {
   cudaIpcMemHandle_t buffer;
@@ -116,7 +114,7 @@ absl::Status NvlinkAllReduce::AllReduceSum(const void* send, void* recv, size_t 
   if (type != DataType::kFloat32 && type != DataType::kBFloat16) {
     return absl::InvalidArgumentError("NVLink all-reduce: float32 or bfloat16 only");
   }
-  const size_t bytes = count * ElementBytes(type);
+  const size_t bytes = count * DataTypeSize(type);
   if (bytes > max_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat("NVLink all-reduce: ", bytes,
                                                    " bytes, more than its buffer's ", max_bytes_));

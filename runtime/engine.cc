@@ -399,12 +399,14 @@ EngineStats Engine::stats() const {
     std::lock_guard<std::mutex> lock(mu_);
     stats = stats_;
   }
-  stats.target_graph_replays = target_->graph_replays();
-  if (draft_model_.has_value()) stats.draft_graph_replays = draft_model_->runner->graph_replays();
-  for (const Model* m : {&target_model_, draft_model_.has_value() ? &*draft_model_ : nullptr}) {
-    if (m != nullptr && m->one_shot_all_reduce != nullptr) {
-      stats.one_shot_all_reduces += m->one_shot_all_reduce->calls();
-    }
+  auto one_shot_calls = [](const Model& m) -> int64_t {
+    return m.one_shot_all_reduce != nullptr ? m.one_shot_all_reduce->calls() : 0;
+  };
+  stats.target_graph_replays = target_model_.runner->graph_replays();
+  stats.one_shot_all_reduces = one_shot_calls(target_model_);
+  if (draft_model_.has_value()) {
+    stats.draft_graph_replays = draft_model_->runner->graph_replays();
+    stats.one_shot_all_reduces += one_shot_calls(*draft_model_);
   }
   return stats;
 }
