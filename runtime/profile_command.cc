@@ -99,6 +99,9 @@ class StepRecorder {
       cv_.wait_for(lock, std::chrono::milliseconds(50));
     }
     watching_ = false;
+    // The loop thread keeps stepping while this one wakes up: the cell's
+    // first `count` measured steps are its measurement.
+    if (measured_.size() > count) measured_.resize(count);
     return measured_;
   }
 
