@@ -1,10 +1,13 @@
 #include "comm/nvlink_all_reduce.h"
 
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda_check.h"
@@ -17,6 +20,28 @@ struct SharedHandles {
   cudaIpcMemHandle_t buffer;
   cudaIpcMemHandle_t signals;
 };
+
+// Host names of every rank, gathered; the same answer on every rank. A
+// peer's IPC handle means nothing on another host, so the one-shot needs
+// every rank on this one.
+absl::Status RequireOneHost(Communicator& host) {
+  constexpr size_t kNameBytes = 256;
+  char mine[kNameBytes] = {};
+  if (gethostname(mine, kNameBytes - 1) != 0) std::strcpy(mine, "?");
+  std::vector<char> all(kNameBytes * static_cast<size_t>(host.world_size()));
+  if (absl::Status s = host.AllGather(mine, all.data(), kNameBytes, DataType::kUInt8); !s.ok()) {
+    return s;
+  }
+  for (int r = 1; r < host.world_size(); ++r) {
+    const char* name = &all[kNameBytes * static_cast<size_t>(r)];
+    if (std::strncmp(name, all.data(), kNameBytes) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("NVLink all-reduce: the ranks span hosts (rank 0 on ", all.data(),
+                       ", rank ", r, " on ", name, "); it needs every rank on one host"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -32,10 +57,14 @@ absl::StatusOr<std::unique_ptr<NvlinkAllReduce>> NvlinkAllReduce::Create(Communi
     return absl::InvalidArgumentError(
         absl::StrCat("NVLink all-reduce: max_bytes ", max_bytes, " is not a positive multiple of 16"));
   }
+  if (absl::Status s = RequireOneHost(host); !s.ok()) return s;
   std::unique_ptr<NvlinkAllReduce> all_reduce(new NvlinkAllReduce());
   all_reduce->max_bytes_ = max_bytes;
   all_reduce->args_.timeout_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(timeout));
   absl::Status local = all_reduce->Init(host);
+  // A failed IPC open leaves its error behind for the next launch check to
+  // find; a caller that goes on with NCCL must not trip over it.
+  if (!local.ok()) cudaGetLastError();
   // Every rank learns whether every rank could map its peers, so that none
   // goes on with a peer that cannot take part.
   int32_t failed = local.ok() ? 0 : 1;

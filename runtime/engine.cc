@@ -119,16 +119,25 @@ absl::StatusOr<Engine::Model> Engine::LoadModel(const ModelSource& source,
     CudaModelOptions cuda;
     cuda.cuda_graphs = options.cuda_graphs;
     cuda.skinny_gemm = is_draft;
-    if (options.one_shot_all_reduce && device_comm != nullptr && device_comm->world_size() > 1) {
+    if (options.one_shot_all_reduce != OneShotAllReduce::kOff && device_comm != nullptr &&
+        device_comm->world_size() > 1) {
       // Collective over the ranks (they load the same models in the same
-      // order). The largest message it carries: 512 rows of a 4096-wide
-      // bf16 activation, or 256 rows of the float32 embedding sum.
+      // order), and its outcome is the same on every rank, so under auto
+      // they all keep NCCL together. The largest message it carries: 512
+      // rows of a 4096-wide bf16 activation, or 256 rows of the float32
+      // embedding sum.
       constexpr size_t kOneShotBytes = size_t{4} << 20;
       absl::StatusOr<std::unique_ptr<NvlinkAllReduce>> one_shot =
           NvlinkAllReduce::Create(*comm, kOneShotBytes, options.comm_timeout);
-      if (!one_shot.ok()) return one_shot.status();
-      model.one_shot_all_reduce = *std::move(one_shot);
-      cuda.one_shot_all_reduce = model.one_shot_all_reduce.get();
+      if (one_shot.ok()) {
+        model.one_shot_all_reduce = *std::move(one_shot);
+        cuda.one_shot_all_reduce = model.one_shot_all_reduce.get();
+      } else if (options.one_shot_all_reduce == OneShotAllReduce::kOn) {
+        return one_shot.status();
+      } else if (comm->rank() == 0) {
+        std::fprintf(stderr, "verdict: %s all-reduces on NCCL: %s\n",
+                     is_draft ? "draft" : "target", one_shot.status().ToString().c_str());
+      }
     }
     runner = CreateCudaLlamaModel(model.config, *model.weights, model.kv.get(), device_comm, cuda);
   } else {

@@ -83,6 +83,12 @@ struct ModelSource {
 // (llama_model.h); the CUDA one takes one GPU per rank.
 enum class ModelBackend { kCpu, kCuda };
 
+// Small all-reduces of the CUDA backend at TP > 1: NCCL (kOff), or one-shot
+// kernels over peer-mapped memory of the host's GPUs (comm/nvlink_all_reduce.h;
+// kOn fails the start when the ranks cannot map each other's memory, kAuto
+// then keeps NCCL).
+enum class OneShotAllReduce { kOff, kOn, kAuto };
+
 struct EngineOptions {
   int num_draft_tokens = 5;  // gamma
   // Tensor-parallel degree of the draft model: 0 shards it like the target
@@ -116,10 +122,10 @@ struct EngineOptions {
   bool overlap = false;
   ModelBackend backend = ModelBackend::kCpu;
   bool cuda_graphs = true;  // CUDA backend: replay repeated step shapes from graphs
-  // CUDA backend at TP > 1 (each model sharded over the ranks): small
-  // all-reduces as one-shot kernels over peer-mapped memory of the host's
-  // GPUs instead of NCCL (comm/nvlink_all_reduce.h). Ignored elsewhere.
-  bool one_shot_all_reduce = false;
+  // CUDA backend at TP > 1 (each model sharded over the ranks); ignored
+  // elsewhere. On one host with NVLink the one-shot kernels beat NCCL's
+  // ring for a decode step's messages (docs/PERF.md, tensor parallel).
+  OneShotAllReduce one_shot_all_reduce = OneShotAllReduce::kAuto;
   // The longest one device collective (NCCL) may take.
   absl::Duration comm_timeout = absl::Seconds(30);
 };

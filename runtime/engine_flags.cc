@@ -49,9 +49,10 @@ ABSL_FLAG(std::string, backend, "cpu",
           "where the models run: cpu (float32, any machine) or cuda (bf16, one GPU per rank)");
 ABSL_FLAG(std::string, cuda_graphs, "on",
           "cuda backend: on replays repeated draft and verify step shapes from CUDA graphs");
-ABSL_FLAG(std::string, one_shot_all_reduce, "off",
-          "on: at TP > 1 on the CUDA backend, small all-reduces run as one-shot kernels over "
-          "the peer-mapped memory of the host's GPUs instead of NCCL");
+ABSL_FLAG(std::string, one_shot_all_reduce, "auto",
+          "at TP > 1 on the CUDA backend, small all-reduces as one-shot kernels over the "
+          "peer-mapped memory of the host's GPUs (on), on NCCL (off), or one-shot where every "
+          "rank can map its peers' memory and NCCL elsewhere (auto)");
 ABSL_FLAG(double, comm_timeout, 30, "seconds a collective may take before every rank aborts");
 ABSL_FLAG(double, simulate_acceptance, -1,
           "benchmarks at real shapes: accept every verified draft with this probability (0 to 1) "
@@ -136,10 +137,18 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
   absl::StatusOr<bool> graphs = IsFirstChoice("cuda-graphs", FLAGS_cuda_graphs, "on", "off");
   if (!graphs.ok()) return graphs.status();
   options.cuda_graphs = *graphs;
-  absl::StatusOr<bool> one_shot =
-      IsFirstChoice("one-shot-all-reduce", FLAGS_one_shot_all_reduce, "on", "off");
-  if (!one_shot.ok()) return one_shot.status();
-  options.one_shot_all_reduce = *one_shot;
+  const std::string one_shot = absl::GetFlag(FLAGS_one_shot_all_reduce);
+  if (one_shot == "auto") {
+    options.one_shot_all_reduce = OneShotAllReduce::kAuto;
+  } else {
+    absl::StatusOr<bool> on = IsFirstChoice("one-shot-all-reduce", FLAGS_one_shot_all_reduce,
+                                            "on", "off");
+    if (!on.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--one-shot-all-reduce must be auto, on or off, not '", one_shot, "'"));
+    }
+    options.one_shot_all_reduce = *on ? OneShotAllReduce::kOn : OneShotAllReduce::kOff;
+  }
 
   absl::StatusOr<bool> real_weights =
       IsFirstChoice("load-format", FLAGS_load_format, "auto", "dummy");

@@ -8,8 +8,8 @@
 #  0. The communicators' own tests over TP ranks (NCCL, the one-shot NVLink
 #     all-reduce), and their latency side by side.
 #  1. Greedy tokens: TP ranks, speculative in every verify mode with overlap
-#     off and on (and compact with a whole draft per rank, --draft-tp=1, and
-#     with the one-shot all-reduce),
+#     off and on (all-reduces one-shot by default; and compact with a whole
+#     draft per rank, --draft-tp=1, and with NCCL's all-reduce),
 #     against one rank's autoregressive output, on several prompts of the
 #     bundled pair.
 #  2. A killed rank: `verdict serve` under mpirun, rank 1 gets SIGKILL once
@@ -57,18 +57,18 @@ prompts=("${prompts[@]:0:${PROMPTS:-${#prompts[@]}}}")  # PROMPTS=N: the first N
 for prompt in "${prompts[@]}"; do
   common=(generate --backend=cuda --temperature=0 --max-tokens=64 "--prompt=$prompt")
   reference=$(ids "$verdict" "${common[@]}" --speculation=off)
-  # Every mode with overlap off and on, the draft sharded and NCCL's
-  # all-reduce; then a whole draft on every rank (--draft-tp=1), and the
-  # one-shot all-reduce (--one-shot-all-reduce=on).
+  # Every mode with overlap off and on, the draft sharded and the default
+  # all-reduce (one-shot on one host); then a whole draft on every rank
+  # (--draft-tp=1), and NCCL's all-reduce (--one-shot-all-reduce=off).
   configs=()
   for mode in static cap-accept compact; do
-    for overlap in off on; do configs+=("$mode $overlap 0 off"); done
+    for overlap in off on; do configs+=("$mode $overlap 0 auto"); done
   done
-  configs+=("compact on 1 off" "compact on 0 on")
+  configs+=("compact on 1 auto" "compact on 0 off")
   for config in "${configs[@]}"; do
     read -r mode overlap draft_tp one_shot <<<"$config"
     name="$mode overlap-$overlap$([[ $draft_tp == 1 ]] && echo ' draft-tp-1')"
-    name+="$([[ $one_shot == on ]] && echo ' one-shot-all-reduce')"
+    name+="$([[ $one_shot == off ]] && echo ' nccl-all-reduce')"
     run=$(TMPDIR=$session timeout 300 "${mpirun[@]}" "$verdict" "${common[@]}" --tp="$tp" \
       --verify-mode="$mode" --overlap="$overlap" --draft-tp="$draft_tp" \
       --one-shot-all-reduce="$one_shot" --plan-check-interval=1 --print-token-ids 2>&1)
@@ -77,11 +77,13 @@ for prompt in "${prompts[@]}"; do
     # are captured too, so the target must replay some.
     replays=$(grep -o 'graph_replays=[0-9]*/[0-9]*' <<<"$run" | tail -1)
     replays=${replays#graph_replays=}
-    # With the one-shot all-reduce on, the models must have used it.
+    # Unless NCCL's was asked for, the models must have used the one-shot
+    # all-reduce (every rank is on this host, over NVLink).
     one_shots=$(grep -o 'one_shot_all_reduces=[0-9]*' <<<"$run" | tail -1)
     one_shots=${one_shots#one_shot_all_reduces=}
     used=1
-    [[ $one_shot == on && ! "${one_shots:-0}" -gt 0 ]] && used=0
+    [[ $one_shot != off && ! "${one_shots:-0}" -gt 0 ]] && used=0
+    [[ $one_shot == off && "${one_shots:-0}" != 0 ]] && used=0
     if [[ -n "$reference" && "$got" == "$reference" && "${replays%%/*}" -gt 0 && $used == 1 ]]; then
       echo "PASS greedy tp$tp $name: '$prompt' ($(tr ',' '\n' <<<"$got" | wc -l) tokens = tp1 autoregressive; graph replays $replays; one-shot all-reduces ${one_shots:-0})"
     else
