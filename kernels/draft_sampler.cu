@@ -1,7 +1,9 @@
 // CUDA kernel of the draft sampler (semantics: kernels/draft_sampler.h;
 // reference: the CPU twin in draft_sampler.cc).
 //
-// One CTA per row, one launch for all rows. A row of 152k logits does not fit
+// One launch for all rows: one CTA per row, or, while there are no more
+// rows than the device holds clusters at once, a cluster of kClusterCtas
+// CTAs per row (below). A row of 152k logits does not fit
 // one SM's shared memory, so each pass reads it again (from L2 while the row
 // is hot) and recomputes z = logit * (1 / T), which costs a multiply:
 //   1. z's maximum, the argmax and the lowest non-finite id;
@@ -19,9 +21,17 @@
 // and every race a maximum over (key, id), so the thread and warp order of
 // the additions cannot show in the result: it is the CPU twin's, bit for bit.
 //
+// Split rows: passes 1, 2 and 4 of a greedy or temperature-only row run on
+// the cluster's CTAs, each over its slice of the row, and the CTAs combine
+// their slices' maxima, masses and race winners through distributed shared
+// memory; every combination is exact (maxima with ties to the lower id,
+// integer sums), so the bits are the single CTA's. A row with top-k or top-p
+// runs whole on the cluster's first CTA.
+//
 // Errors: each row's smallest error key goes to a workspace accumulator; the
 // CTA that finishes last publishes it to the error record and zeroes the
 // workspace for the next launch (one launch, no memset).
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,6 +48,7 @@
 namespace verdict {
 namespace {
 
+namespace cg = cooperative_groups;
 using namespace sampling_math;  // NOLINT: the arithmetic vocabulary of this file
 using draft_internal::FixedWeight;
 
@@ -50,6 +61,10 @@ __device__ __forceinline__ int Threads() { return static_cast<int>(blockDim.x); 
 __device__ __forceinline__ int Warps() { return static_cast<int>(blockDim.x >> 5); }
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
 constexpr int32_t kNoId = 0x7FFFFFFF;
+
+// CTAs of a split row's cluster (the portable maximum): a 128k row gives
+// each about 16k ids.
+constexpr int kClusterCtas = 8;
 
 // Shared-memory room for the z values of a "near the top" set (32 KB).
 constexpr int kCandidateCap = 8192;
@@ -73,7 +88,6 @@ struct KernelArgs {
   DraftSampleInputs in;
   DraftSampleOutputs out;
   Workspace* workspace;
-  int32_t grid_rows;   // max(num_rows, 1)
   bool vector_logits;  // rows start 16-byte aligned: float4 loads
   bool vector_probs;   // likewise for float4 stores of p
 };
@@ -493,6 +507,14 @@ __device__ ListSource CopyCandidates(const RowView& row, float floor, Shared& s)
 
 // ---------------------------------------------------------------- passes
 
+// The groups (of four ids) a pass visits: the whole row, or one cluster
+// CTA's slice of it.
+struct GroupRange {
+  int32_t begin;
+  int32_t end;
+};
+__device__ __forceinline__ GroupRange WholeRow(const RowView& row) { return {0, row.groups()}; }
+
 struct Scan {
   float row_max;
   int32_t argmax;
@@ -500,11 +522,11 @@ struct Scan {
 };
 
 // Pass 1.
-__device__ Scan ScanRow(const RowView& row, Shared& s) {
+__device__ Scan ScanRow(const RowView& row, GroupRange range, Shared& s) {
   float best = kNegInf;
   int32_t best_id = kNoId;
   int32_t bad = kNoId;
-  for (int32_t g = threadIdx.x; g < row.groups(); g += Threads()) {
+  for (int32_t g = range.begin + threadIdx.x; g < range.end; g += Threads()) {
     float z[4];
     row.Load(g, z);
 #pragma unroll
@@ -527,8 +549,8 @@ __device__ Scan ScanRow(const RowView& row, Shared& s) {
 
 // Pass 2: the row's mass; with `pivots`, the nested near-the-top sets into
 // s.pivot_count/mass; with `one_hot` (greedy rows), p = one-hot at the argmax.
-__device__ unsigned long long MassPass(const RowView& row, const Scan& scan, bool pivots,
-                                       bool one_hot, float* probs, bool vector_probs,
+__device__ unsigned long long MassPass(const RowView& row, GroupRange range, const Scan& scan,
+                                       bool pivots, bool one_hot, float* probs, bool vector_probs,
                                        Shared& s) {
   float near[kPivots];
 #pragma unroll
@@ -536,7 +558,7 @@ __device__ unsigned long long MassPass(const RowView& row, const Scan& scan, boo
   unsigned long long total = 0;
   uint32_t count[kPivots] = {};
   unsigned long long mass[kPivots] = {};
-  for (int32_t g = threadIdx.x; g < row.groups(); g += Threads()) {
+  for (int32_t g = range.begin + threadIdx.x; g < range.end; g += Threads()) {
     float z[4];
     row.Load(g, z);
 #pragma unroll
@@ -633,14 +655,20 @@ __device__ __forceinline__ bool OutOfReach(float p, float best_key) {
   return FMul(p, 33554432.0f) < best_key;  // 2^25
 }
 
+// The race's winner: the largest key, ties to the lower id.
+struct RaceWinner {
+  float key;
+  int32_t id;
+};
+
 // Pass 4: p over the kept ids, written out, and the race over p.
-__device__ int32_t ProposalPass(const RowView& row, const Scan& scan, const Kept& kept,
-                                uint64_t seed, int64_t position, float* probs,
-                                bool vector_probs, Shared& s) {
+__device__ RaceWinner ProposalPass(const RowView& row, GroupRange range, const Scan& scan,
+                                   const Kept& kept, uint64_t seed, int64_t position, float* probs,
+                                   bool vector_probs, Shared& s) {
   const float mass = FixedToFloat(kept.mass);
   float best_key = 0.0f;
   int32_t best_id = kNoId;
-  for (int32_t g = threadIdx.x; g < row.groups(); g += Threads()) {
+  for (int32_t g = range.begin + threadIdx.x; g < range.end; g += Threads()) {
     float z[4];
     row.Load(g, z);
     float p[4];
@@ -671,7 +699,7 @@ __device__ int32_t ProposalPass(const RowView& row, const Scan& scan, const Kept
   BlockBestPair(&best_key, &best_id, s, [](float k, int32_t id, float b, int32_t b_id) {
     return RaceBeats(k, id, b, b_id);
   });
-  return best_id;
+  return RaceWinner{best_key, best_id};
 }
 
 // One row; returns its error key (0 if none), the same in every thread.
@@ -690,7 +718,7 @@ __device__ uint64_t SampleRow(const KernelArgs& a, int32_t row, Shared& s) {
                      draft_internal::RowInverseTemperature(temperature), a.vector_logits};
   float* probs = a.out.probs + offset;
 
-  const Scan scan = ScanRow(view, s);
+  const Scan scan = ScanRow(view, WholeRow(view), s);
   if (scan.non_finite != kNoId) {
     return draft_internal::ErrorKey(row, DraftErrorCode::kNonFiniteLogit,
                                     static_cast<uint32_t>(scan.non_finite));
@@ -699,7 +727,7 @@ __device__ uint64_t SampleRow(const KernelArgs& a, int32_t row, Shared& s) {
   const bool pivots =
       !greedy && (draft_internal::TopKActive(top_k, in.vocab_size) || top_p < 1.0f);
   const unsigned long long total =
-      MassPass(view, scan, pivots, greedy, probs, a.vector_probs, s);
+      MassPass(view, WholeRow(view), scan, pivots, greedy, probs, a.vector_probs, s);
   if (greedy) {
     if (threadIdx.x == 0) {
       a.out.token_ids[row] = scan.argmax;
@@ -708,8 +736,9 @@ __device__ uint64_t SampleRow(const KernelArgs& a, int32_t row, Shared& s) {
     return 0;
   }
   const Kept kept = Thresholds(view, scan, total, top_k, top_p, s);
-  const int32_t token = ProposalPass(view, scan, kept, in.seeds[row], in.positions[row], probs,
-                                     a.vector_probs, s);
+  const int32_t token = ProposalPass(view, WholeRow(view), scan, kept, in.seeds[row],
+                                     in.positions[row], probs, a.vector_probs, s)
+                            .id;
   if (threadIdx.x == 0) {
     a.out.token_ids[row] = token;
     a.out.signals[row] = draft_internal::Signal(kept.mass);
@@ -725,7 +754,7 @@ __device__ void FinishRow(const KernelArgs& a, uint64_t error_key) {
   if (error_key != 0) atomicMax(&ws->error_acc, ~static_cast<unsigned long long>(error_key));
   __threadfence();
   const unsigned int done = atomicAdd(&ws->done, 1u);
-  if (done + 1 != static_cast<unsigned int>(a.grid_rows)) return;
+  if (done + 1 != gridDim.x) return;
   __threadfence();
   const unsigned long long acc = atomicExch(&ws->error_acc, 0ull);
   a.out.error->key = acc == 0 ? 0 : ~acc;
@@ -736,6 +765,128 @@ __global__ void __launch_bounds__(kMaxThreads, 1) DraftSampleKernel(const __grid
   __shared__ Shared s;
   const int32_t row = static_cast<int32_t>(blockIdx.x);
   const uint64_t error_key = row < a.in.num_rows ? SampleRow(a, row, s) : 0;
+  FinishRow(a, error_key);
+}
+
+// ---------------------------------------------------------------- split rows
+
+// What a CTA of a split row's cluster shares with its peers (distributed
+// shared memory): its slice's result of each exchange, each in its own slot
+// so that no exchange waits for the readers of the previous one; and the
+// peers' slots, copied in.
+struct ScanSlot {
+  float row_max;
+  int32_t argmax;
+  int32_t non_finite;
+};
+struct SplitShared {
+  ScanSlot scan;
+  ScanSlot scans[kClusterCtas];
+  unsigned long long mass;
+  unsigned long long masses[kClusterCtas];
+  RaceWinner race;
+  RaceWinner races[kClusterCtas];
+};
+
+// Publishes every CTA's `mine` (written by thread 0) and copies the
+// cluster's into `all`: one remote read per thread of the first few.
+template <typename T>
+__device__ void ExchangeAcrossCluster(cg::cluster_group& cluster, T* mine, T* all) {
+  cluster.sync();
+  if (threadIdx.x < kClusterCtas) {
+    all[threadIdx.x] = *cluster.map_shared_rank(mine, static_cast<int>(threadIdx.x));
+  }
+  __syncthreads();
+}
+
+// One row over the cluster; returns its error key (0 if none) in the first
+// CTA, 0 in the others. Every branch depends only on the row's parameters
+// and on exchanged values, so all CTAs of the cluster take the same one.
+__device__ uint64_t SampleSplitRow(const KernelArgs& a, int32_t row, cg::cluster_group& cluster,
+                                   Shared& s, SplitShared& x) {
+  // The launcher's clusters are kClusterCtas CTAs, the size of the slot arrays.
+  const int rank = static_cast<int>(cluster.block_rank());
+  constexpr int ctas = kClusterCtas;
+  const DraftSampleInputs& in = a.in;
+  const float temperature = in.temperatures[row];
+  const int32_t top_k = in.top_ks[row];
+  const float top_p = in.top_ps[row];
+  const DraftParam bad = draft_internal::BadParam(temperature, top_k, top_p);
+  if (bad != DraftParam::kNone) {
+    return rank != 0 ? 0
+                     : draft_internal::ErrorKey(row, DraftErrorCode::kBadSamplingParams,
+                                                static_cast<uint32_t>(bad));
+  }
+  const bool greedy = temperature == 0.0f;
+  if (!greedy && (draft_internal::TopKActive(top_k, in.vocab_size) || top_p < 1.0f)) {
+    // The thresholds' radix rounds are one CTA's.
+    return rank == 0 ? SampleRow(a, row, s) : 0;
+  }
+  const int64_t offset = static_cast<int64_t>(row) * in.vocab_size;
+  const RowView view{in.logits + offset, in.vocab_size,
+                     draft_internal::RowInverseTemperature(temperature), a.vector_logits};
+  float* probs = a.out.probs + offset;
+  const int32_t groups = view.groups();
+  const int32_t per_cta = (groups + ctas - 1) / ctas;
+  const GroupRange slice{min(groups, rank * per_cta), min(groups, (rank + 1) * per_cta)};
+
+  const Scan mine = ScanRow(view, slice, s);
+  if (threadIdx.x == 0) x.scan = ScanSlot{mine.row_max, mine.argmax, mine.non_finite};
+  ExchangeAcrossCluster(cluster, &x.scan, x.scans);
+  Scan scan{kNegInf, kNoId, kNoId};
+  for (int c = 0; c < ctas; ++c) {
+    if (MaxBeats(x.scans[c].row_max, x.scans[c].argmax, scan.row_max, scan.argmax)) {
+      scan.row_max = x.scans[c].row_max;
+      scan.argmax = x.scans[c].argmax;
+    }
+    scan.non_finite = min(scan.non_finite, x.scans[c].non_finite);
+  }
+  if (scan.non_finite != kNoId) {
+    return rank != 0 ? 0
+                     : draft_internal::ErrorKey(row, DraftErrorCode::kNonFiniteLogit,
+                                                static_cast<uint32_t>(scan.non_finite));
+  }
+
+  const unsigned long long slice_mass =
+      MassPass(view, slice, scan, /*pivots=*/false, greedy, probs, a.vector_probs, s);
+  if (threadIdx.x == 0) x.mass = slice_mass;
+  ExchangeAcrossCluster(cluster, &x.mass, x.masses);
+  unsigned long long total = 0;
+  for (int c = 0; c < ctas; ++c) total += x.masses[c];
+  if (greedy) {
+    if (rank == 0 && threadIdx.x == 0) {
+      a.out.token_ids[row] = scan.argmax;
+      a.out.signals[row] = draft_internal::Signal(total);
+    }
+    return 0;
+  }
+
+  // Neither top-k nor top-p: every id is kept.
+  const Kept kept{kNegInf, total};
+  const RaceWinner slice_winner = ProposalPass(view, slice, scan, kept, in.seeds[row],
+                                               in.positions[row], probs, a.vector_probs, s);
+  if (threadIdx.x == 0) x.race = slice_winner;
+  ExchangeAcrossCluster(cluster, &x.race, x.races);
+  RaceWinner winner{0.0f, kNoId};
+  for (int c = 0; c < ctas; ++c) {
+    if (RaceBeats(x.races[c].key, x.races[c].id, winner.key, winner.id)) winner = x.races[c];
+  }
+  if (rank == 0 && threadIdx.x == 0) {
+    a.out.token_ids[row] = winner.id;
+    a.out.signals[row] = draft_internal::Signal(kept.mass);
+  }
+  return 0;
+}
+
+__global__ void __launch_bounds__(kMaxThreads, 1)
+    DraftSampleSplitKernel(const __grid_constant__ KernelArgs a) {
+  __shared__ Shared s;
+  __shared__ SplitShared x;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int32_t row = static_cast<int32_t>(blockIdx.x / kClusterCtas);
+  const uint64_t error_key = row < a.in.num_rows ? SampleSplitRow(a, row, cluster, s, x) : 0;
+  // No CTA leaves while a peer may still read its slots.
+  cluster.sync();
   FinishRow(a, error_key);
 }
 
@@ -754,10 +905,41 @@ int MultiprocessorCount() {
   return count;
 }
 
+// Clusters of the split kernel the current device holds at once (0: none),
+// looked up once per device.
+int SplitClusters() {
+  static std::atomic<int> counts[64];  // clusters + 1; 0: not looked up yet
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+  int known = counts[device].load(std::memory_order_relaxed);
+  if (known == 0) {
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = kClusterCtas;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.gridDim = dim3(kClusterCtas, 1, 1);
+    config.blockDim = dim3(kMaxThreads, 1, 1);
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, DraftSampleSplitKernel, &config) != cudaSuccess) {
+      (void)cudaGetLastError();  // no clusters here: one CTA per row
+      clusters = 0;
+    }
+    known = clusters + 1;
+    counts[device].store(known, std::memory_order_relaxed);
+  }
+  return known - 1;
+}
+
 }  // namespace
 
-absl::Status DraftSampleCuda(const DraftSampleInputs& in, DraftSampleOutputs* out,
-                             void* workspace, cudaStream_t stream) {
+int DraftSampleSplitRows() { return SplitClusters(); }
+
+absl::Status DraftSampleCuda(const DraftSampleInputs& in, DraftSampleOutputs* out, void* workspace,
+                             cudaStream_t stream, bool split_rows) {
   if (absl::Status shape = draft_internal::CheckShape(in, out); !shape.ok()) return shape;
   if (out->error == nullptr || workspace == nullptr) {
     return absl::InvalidArgumentError(
@@ -767,11 +949,28 @@ absl::Status DraftSampleCuda(const DraftSampleInputs& in, DraftSampleOutputs* ou
   args.in = in;
   args.out = *out;
   args.workspace = static_cast<Workspace*>(workspace);
-  args.grid_rows = std::max(in.num_rows, 1);
+  const int grid_rows = std::max(in.num_rows, 1);
   args.vector_logits = in.vocab_size % 4 == 0 && Aligned16(in.logits);
   args.vector_probs = in.vocab_size % 4 == 0 && Aligned16(out->probs);
-  const int threads = args.grid_rows <= MultiprocessorCount() ? kMaxThreads : kMaxThreads / 2;
-  DraftSampleKernel<<<args.grid_rows, threads, 0, stream>>>(args);
+  if (split_rows && grid_rows <= SplitClusters()) {
+    // Few rows (a decode step's drafts at low concurrency): each row's
+    // passes spread over a cluster of SMs instead of one.
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = kClusterCtas;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.gridDim = dim3(static_cast<unsigned>(grid_rows * kClusterCtas), 1, 1);
+    config.blockDim = dim3(kMaxThreads, 1, 1);
+    config.stream = stream;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, DraftSampleSplitKernel, args));
+    return absl::OkStatus();
+  }
+  const int threads = grid_rows <= MultiprocessorCount() ? kMaxThreads : kMaxThreads / 2;
+  DraftSampleKernel<<<grid_rows, threads, 0, stream>>>(args);
   VERDICT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

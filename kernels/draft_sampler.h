@@ -89,8 +89,18 @@ inline constexpr int64_t kDraftSampleWorkspaceBytes = 16;
 // launch errors and shape errors (missing arrays, vocabulary size); errors of
 // the rows' contents land in outputs->error: read it with
 // ReadDraftSampleError, or copy it with the step's other results.
+//
+// While there are no more rows than DraftSampleSplitRows(), each greedy or
+// temperature-only row's passes run on a cluster of CTAs instead of one:
+// the same bits, sooner (docs/PERF.md, draft sampler). `split_rows` false
+// keeps one CTA per row (benchmarks and tests compare the two).
 absl::Status DraftSampleCuda(const DraftSampleInputs& inputs, DraftSampleOutputs* outputs,
-                             void* workspace, cudaStream_t stream);
+                             void* workspace, cudaStream_t stream, bool split_rows = true);
+
+// The most rows a launch on the current device splits over clusters: the
+// clusters it holds at once (0 where it has none). Looked up once per device;
+// call it before capturing launches into a CUDA graph.
+int DraftSampleSplitRows();
 
 // Copies the launch's error record to the host (synchronising `stream`) and
 // turns it into a Status, the same as DraftSampleCpu's for the same inputs.

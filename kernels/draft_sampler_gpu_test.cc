@@ -182,8 +182,9 @@ Result RunOnCpu(const Batch& b) {
   return r;
 }
 
-// `offset` shifts the device logits and p by that many floats.
-Result RunOnGpu(const Batch& b, Workspace& workspace, size_t offset = 0) {
+// `offset` shifts the device logits and p by that many floats; `split_rows`
+// is the launcher's (false: one CTA per row).
+Result RunOnGpu(const Batch& b, Workspace& workspace, size_t offset = 0, bool split_rows = true) {
   const size_t cells = static_cast<size_t>(b.rows()) * b.vocab;
   DeviceArray<float> logits(b.logits, offset);
   DeviceArray<float> temperatures(b.temperatures);
@@ -204,7 +205,7 @@ Result RunOnGpu(const Batch& b, Workspace& workspace, size_t offset = 0) {
                              top_ks.get(), top_ps.get(), seeds.get(),  positions.get()};
   DraftSampleOutputs out{tokens.get(), probs.get(), signals.get(), error.get()};
   Result r;
-  r.status = DraftSampleCuda(in, &out, workspace.get(), nullptr);
+  r.status = DraftSampleCuda(in, &out, workspace.get(), nullptr, split_rows);
   if (r.status.ok()) r.status = ReadDraftSampleError(out, nullptr);
   CheckCuda(cudaDeviceSynchronize(), "kernel");
   r.tokens = tokens.Download();
@@ -223,12 +224,13 @@ std::string Describe(const Batch& b, int32_t row) {
 }
 
 // Tokens, p and signals bit for bit; at most one failure message per row.
-void ExpectParity(const Batch& b, const std::string& name, size_t offset = 0) {
+void ExpectParity(const Batch& b, const std::string& name, size_t offset = 0,
+                  bool split_rows = true) {
   SCOPED_TRACE(name);
   const Result cpu = RunOnCpu(b);
   ASSERT_TRUE(cpu.status.ok()) << cpu.status;
   Workspace workspace;
-  const Result gpu = RunOnGpu(b, workspace, offset);
+  const Result gpu = RunOnGpu(b, workspace, offset, split_rows);
   ASSERT_TRUE(gpu.status.ok()) << gpu.status;
   int bad_rows = 0;
   for (int32_t row = 0; row < b.rows(); ++row) {
@@ -280,6 +282,35 @@ TEST(DraftSamplerGpuTest, LargeVocabularies) {
   }
 }
 
+// A launch of at most DraftSampleSplitRows() rows spreads each greedy or
+// temperature-only row over a cluster; rows with top-k or top-p run whole on
+// the cluster's first CTA. Vocabularies smaller than a cluster leave some
+// CTAs an empty slice. Each batch also runs with one CTA per row, and the
+// row counts straddle the split limit.
+TEST(DraftSamplerGpuTest, FewRowsSplitOverClusters) {
+  const int split_rows = DraftSampleSplitRows();
+  ASSERT_GE(split_rows, 8) << "an H200 holds at least 8 clusters of the split kernel";
+  const std::vector<RowParams> params = {
+      {0.0f, 0, 1.0f},  {0.5f, 0, 1.0f}, {1.0f, 0, 1.0f},  {1.3f, 0, 1.0f},
+      {0.0f, 20, 0.9f}, {0.8f, 0, 1.0f}, {1.0f, 50, 1.0f}, {0.7f, 0, 0.9f},
+  };
+  uint64_t salt = 800;
+  for (const int32_t vocab : {1, 7, 33, 1003, 32000, 128256, 151936}) {
+    for (const int32_t rows : {1, 4, split_rows, split_rows + 1}) {
+      for (const LogitShape shape : {LogitShape::kPeaked, LogitShape::kFlat, LogitShape::kTied}) {
+        const Batch b = RandomBatch(vocab, rows, shape, salt++, params);
+        const std::string name =
+            std::to_string(rows) + " rows, " + std::to_string(vocab) + " " + ShapeName(shape);
+        ExpectParity(b, name);
+        ExpectParity(b, name + ", one CTA per row", 0, /*split_rows=*/false);
+      }
+    }
+  }
+  // Row starts off the 16-byte grid: scalar loads and stores.
+  ExpectParity(RandomBatch(128256, 3, LogitShape::kPeaked, 900, params), "3 offset rows", 1);
+  ExpectParity(RandomBatch(4097, 5, LogitShape::kTied, 901, params), "5 offset tied rows", 3);
+}
+
 TEST(DraftSamplerGpuTest, ManyRows) {
   const Batch b = RandomBatch(4096, 400, LogitShape::kPeaked, 200, ParameterCombinations(4096));
   ExpectParity(b, "400 rows");
@@ -312,16 +343,20 @@ TEST(DraftSamplerGpuTest, ThresholdsOnTheWholeRow) {
 TEST(DraftSamplerGpuTest, ErrorsMatchTheCpuTwin) {
   const std::vector<RowParams> params = ParameterCombinations(300);
   const auto check = [&](const std::string& what, int32_t expected_row, auto corrupt) {
-    Batch b = RandomBatch(300, 8, LogitShape::kPeaked, 600, params);
-    corrupt(b);
-    const Result cpu = RunOnCpu(b);
-    Workspace workspace;
-    const Result gpu = RunOnGpu(b, workspace);
-    ASSERT_FALSE(cpu.status.ok()) << what;
-    EXPECT_EQ(gpu.status, cpu.status) << what;
-    EXPECT_NE(gpu.status.message().find("row " + std::to_string(expected_row) + ":"),
-              std::string::npos)
-        << what << ": " << gpu.status;
+    // 8 rows split over clusters (see FewRowsSplitOverClusters), 40 one CTA
+    // per row.
+    for (const int32_t rows : {8, 40}) {
+      Batch b = RandomBatch(300, rows, LogitShape::kPeaked, 600, params);
+      corrupt(b);
+      const Result cpu = RunOnCpu(b);
+      Workspace workspace;
+      const Result gpu = RunOnGpu(b, workspace);
+      ASSERT_FALSE(cpu.status.ok()) << what;
+      EXPECT_EQ(gpu.status, cpu.status) << what << ", " << rows << " rows";
+      EXPECT_NE(gpu.status.message().find("row " + std::to_string(expected_row) + ":"),
+                std::string::npos)
+          << what << ", " << rows << " rows: " << gpu.status;
+    }
   };
   check("nan logit", 3, [](Batch& b) { b.logit(3, 17) = NAN; });
   check("inf logit", 5, [](Batch& b) { b.logit(5, 299) = -INFINITY; });

@@ -115,6 +115,9 @@ absl::StatusOr<std::unique_ptr<DeviceSampling>> DeviceSampling::Create(int vocab
   }
   VERDICT_CUDA_RETURN_IF_ERROR(
       cudaMemset(s->impl_->draft_workspace.as<void>(), 0, kDraftSampleWorkspaceBytes));
+  // The launcher's occupancy lookup, done here rather than in a pass that a
+  // CUDA graph may capture.
+  (void)DraftSampleSplitRows();
   return s;
 }
 
