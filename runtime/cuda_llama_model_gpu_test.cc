@@ -317,6 +317,9 @@ TEST(CudaLlamaModelTest, DeviceTokenIdsWithoutWaitingEqualHostTokens) {
     device.wait = false;
     ASSERT_EQ(cudaMemcpy(device_ids, ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice),
               cudaSuccess);
+    // Pageable copies may return before the DMA lands; the work below runs
+    // on a non-blocking stream.
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<float> expected(n * vocab), got(n * vocab);
     ASSERT_TRUE(models[0]->Forward(host, expected.data()).ok()) << "pass " << pass;
     ASSERT_TRUE(models[1]->Forward(device, device_logits).ok()) << "pass " << pass;

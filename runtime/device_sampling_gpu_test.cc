@@ -27,6 +27,15 @@ std::vector<float> RandomLogits(std::mt19937& rng, int rows) {
   return logits;
 }
 
+// Copies `logits` to the device and waits: from pageable memory cudaMemcpy
+// may return before the DMA lands, and the sampler's stream is non-blocking.
+void UploadLogits(float* device, const std::vector<float>& logits) {
+  ASSERT_EQ(
+      cudaMemcpy(device, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice),
+      cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 TEST(DeviceSamplingGpuTest, MatchesTheCpuSamplers) {
   auto sampling = DeviceSampling::Create(kVocab, kGamma);
   ASSERT_TRUE(sampling.ok()) << sampling.status();
@@ -70,9 +79,7 @@ TEST(DeviceSamplingGpuTest, MatchesTheCpuSamplers) {
       }
       absl::StatusOr<float*> device_logits = (*sampling)->DraftLogits(n);
       ASSERT_TRUE(device_logits.ok());
-      ASSERT_EQ(cudaMemcpy(*device_logits, logits.data(), logits.size() * 4,
-                           cudaMemcpyHostToDevice),
-                cudaSuccess);
+      UploadLogits(*device_logits, logits);
       absl::Status s = (*sampling)->SampleDraft(j);
       ASSERT_TRUE(s.ok()) << s;
       // Waiting after every pass (the next pass rewrites the logits): the
@@ -143,8 +150,7 @@ TEST(DeviceSamplingGpuTest, MatchesTheCpuSamplers) {
 
     absl::StatusOr<float*> device_logits = (*sampling)->VerifyLogits(total_q);
     ASSERT_TRUE(device_logits.ok());
-    ASSERT_EQ(cudaMemcpy(*device_logits, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice),
-              cudaSuccess);
+    UploadLogits(*device_logits, logits);
     HostVerifyOutputs gpu(in, kGamma);
     absl::Status s = (*sampling)->Verify(in, store_rows, &gpu);
     ASSERT_TRUE(s.ok()) << s;
@@ -183,8 +189,7 @@ TEST(DeviceSamplingGpuTest, ErrorsNameTheRow) {
   in.positions = positions.data();
   absl::StatusOr<float*> device_logits = (*sampling)->DraftLogits(2);
   ASSERT_TRUE(device_logits.ok());
-  ASSERT_EQ(cudaMemcpy(*device_logits, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice),
-            cudaSuccess);
+  UploadLogits(*device_logits, logits);
   std::vector<int32_t> tokens(2);
   std::vector<float> signals(2);
   ASSERT_TRUE((*sampling)->BeginDrafts(in, nullptr).ok());
