@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -324,6 +325,54 @@ TEST(EngineSimulatedAcceptanceTest, MeasuredAcceptanceRateIsTheSimulatedRate) {
   ASSERT_GT(tests, 400);
   EXPECT_NEAR(stats.accepted / tests, kRate, 5.0 * std::sqrt(kRate * (1 - kRate) / tests))
       << stats.accepted << " accepted, " << stats.rejected << " rejected";
+}
+
+// Dummy weights give every draft the same near-uniform distribution, so every
+// confidence signal is the same; the estimator must still become ready, at
+// the simulated rate, and compact then plans on the cost table. Verify rows
+// here cost as much as a step's fixed part, so the plan trims drafts.
+TEST(EngineSimulatedAcceptanceTest, CompactPlansOnceTheEstimatorIsReady) {
+  const std::string table = ::testing::TempDir() + "/engine_test_dear_rows.json";
+  {
+    std::ofstream out(table);
+    // seconds = 0.001 * (1 + M), M = verify rows.
+    out << R"({"batch_sizes": [1, 16], "verify_tokens": [1, 16, 96],
+              "seconds": [[0.002, 0.017, 0.097], [0.002, 0.017, 0.097]]})";
+  }
+  LocalCommunicator comm;
+  EngineOptions options;
+  options.verify_mode = VerifyMode::kCompact;
+  options.cost_table_path = table;
+  options.simulate_acceptance = 0.8;
+  options.cpu_threads = 2;
+  options.kv_cache_tokens = 8192;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(
+      options, ModelSource{"models/target", true, 1}, ModelSource{"models/draft", true, 2}, &comm);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::mutex mu;
+  std::map<PlanReason, int> reasons;
+  (*engine)->set_step_observer([&](const StepTiming& t) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++reasons[t.plan_reason];
+  });
+  EngineHarness harness(engine->get());
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 16; ++i) {
+    // Long enough for every position's first fit (refits come every 32
+    // steps, staggered by position) and some planned steps after it.
+    requests.push_back(
+        TextRequest(**engine, "c" + std::to_string(i), kPrompts[i % 8], 192, 0.0f, 500 + i));
+    requests.back().params.ignore_eos = true;
+  }
+  for (const CollectedOutput& out : harness.GenerateAll(requests)) {
+    EXPECT_EQ(out.finish_reason, FinishReason::kLength) << out.error;
+  }
+  harness.Stop();
+  const EngineStats stats = (*engine)->stats();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_GT(reasons[PlanReason::kConfidencePrior], 0);  // before the first fits
+  EXPECT_GT(reasons[PlanReason::kPlanned], 0) << "the estimator never got ready";
+  EXPECT_LT(stats.verified, stats.drafted);
 }
 
 TEST(EngineSimulatedAcceptanceTest, RefusedWithRealWeightsOrOutsideZeroOne) {

@@ -211,54 +211,68 @@ void OnlineAcceptanceEstimator::Refit(int k) {
     return e;
   };
 
+  // Damped Newton from (w, b) on the penalised loss, over both parameters or,
+  // with `with_slope` false, over b alone with w held at 0. True once
+  // converged; (w, b) is then the minimiser.
+  auto minimise = [&](bool with_slope, double& w, double& b) {
+    Eval cur = evaluate(w, b);
+    for (int it = 0; it < options_.max_newton_iterations; ++it) {
+      double dw = 0;
+      double db = 0;
+      if (with_slope) {
+        const double det = cur.hww * cur.hbb - cur.hwb * cur.hwb;
+        if (!(det > 0)) return false;
+        dw = (cur.hbb * cur.gw - cur.hwb * cur.gb) / det;
+        db = (cur.hww * cur.gb - cur.hwb * cur.gw) / det;
+      } else {
+        if (!(cur.hbb > 0)) return false;
+        db = cur.gb / cur.hbb;
+      }
+      // Newton decrement: half of it estimates how far the loss is above its
+      // minimum.
+      const double decrement = cur.gw * dw + cur.gb * db;
+      if (!(decrement >= 0) || !std::isfinite(decrement)) return false;
+      if (decrement < 1e-14 * (1.0 + std::fabs(cur.loss))) return true;
+      // Damped step: halve until the loss does not go up (plain Newton can
+      // overshoot on logistic losses far from the optimum).
+      double step = 1.0;
+      bool moved = false;
+      for (int halving = 0; halving < 40; ++halving, step *= 0.5) {
+        const double nw = w - step * dw;
+        const double nb = b - step * db;
+        const Eval next = evaluate(nw, nb);
+        if (next.loss <= cur.loss) {
+          w = nw;
+          b = nb;
+          cur = next;
+          moved = true;
+          break;
+        }
+      }
+      // No decrease at any step size: the loss is flat to rounding here,
+      // which is the optimum as far as the arithmetic can tell, if the
+      // decrement agrees.
+      if (!moved) return decrement < 1e-8 * (1.0 + std::fabs(cur.loss));
+    }
+    return false;
+  };
+
   Position& pos = positions_[k];
   // Warm start from the current fit: the optimum is unique (the penalised
   // loss is strictly convex), so this only saves iterations.
   double w = pos.fitted ? pos.slope : 0.0;
   double b = pos.fitted ? pos.intercept : 0.0;
-  Eval cur = evaluate(w, b);
-  bool converged = false;
-  for (int it = 0; it < options_.max_newton_iterations && !converged; ++it) {
-    const double det = cur.hww * cur.hbb - cur.hwb * cur.hwb;
-    if (!(det > 0)) break;
-    const double dw = (cur.hbb * cur.gw - cur.hwb * cur.gb) / det;
-    const double db = (cur.hww * cur.gb - cur.hwb * cur.gw) / det;
-    // Newton decrement: half of it estimates how far the loss is above its
-    // minimum.
-    const double decrement = cur.gw * dw + cur.gb * db;
-    if (!(decrement >= 0) || !std::isfinite(decrement)) break;
-    if (decrement < 1e-14 * (1.0 + std::fabs(cur.loss))) {
-      converged = true;
-      break;
-    }
-    // Damped step: halve until the loss does not go up (plain Newton can
-    // overshoot on logistic losses far from the optimum).
-    double step = 1.0;
-    bool moved = false;
-    for (int halving = 0; halving < 40; ++halving, step *= 0.5) {
-      const double nw = w - step * dw;
-      const double nb = b - step * db;
-      const Eval next = evaluate(nw, nb);
-      if (next.loss <= cur.loss) {
-        w = nw;
-        b = nb;
-        cur = next;
-        moved = true;
-        break;
-      }
-    }
-    if (!moved) {
-      // No decrease at any step size: the loss is flat to rounding here,
-      // which is the optimum as far as the arithmetic can tell, if the
-      // decrement agrees.
-      converged = decrement < 1e-8 * (1.0 + std::fabs(cur.loss));
-      break;
-    }
-  }
+  bool converged = minimise(/*with_slope=*/true, w, b);
   // A negative slope would say that a more confident draft is less likely to
-  // be accepted: a symptom of too little or skewed data, not a model to plan
-  // with. Keep the previous fit (or the prior).
-  if (!converged || !std::isfinite(w) || !std::isfinite(b) || w < 0) {
+  // be accepted: the signal does not order this position's acceptance. (When
+  // every draft carries the same signal, as with dummy weights, the penalty
+  // alone tilts the slope below 0.) The position then plans with its
+  // acceptance rate: the intercept-only fit, slope 0.
+  if (converged && std::isfinite(w) && w < 0) {
+    w = 0;
+    converged = minimise(/*with_slope=*/false, w, b);
+  }
+  if (!converged || !std::isfinite(w) || !std::isfinite(b)) {
     ++pos.rejected_refits;
     return;
   }

@@ -85,8 +85,11 @@ struct AcceptanceEstimatorOptions {
 };
 
 // Per-position logistic model of acceptance, refit by Newton's method (IRLS)
-// with L2 regularisation. It scores the draft distribution, never the drawn
-// token, so trimming stays lossless (seeds/002_d567d7ab3f14fa00.txt).
+// with L2 regularisation. A fit whose slope comes out negative (the signal
+// does not order acceptance at that position) is replaced by the
+// intercept-only fit: slope 0, the position's acceptance rate. It scores the
+// draft distribution, never the drawn token, so trimming stays lossless
+// (seeds/002_d567d7ab3f14fa00.txt).
 //
 // Determinism by construction: observations are folded in request-id order,
 // in double precision, on the calling thread; exp and log are the
@@ -122,7 +125,7 @@ class OnlineAcceptanceEstimator final : public ConfidenceSource {
     int64_t observations = 0;     // ever folded
     int64_t accepted = 0;         // ever folded with outcome 1
     int64_t refits = 0;           // accepted refits
-    int64_t rejected_refits = 0;  // refits refused (negative slope, no convergence)
+    int64_t rejected_refits = 0;  // refits that did not converge (the last fit stays)
   };
   const Position& position(int k) const { return positions_[k]; }
   int64_t steps() const { return steps_; }

@@ -180,8 +180,9 @@ TEST(OnlineAcceptanceEstimatorTest, RefitsOnlyOnTheIntervalOnceEnoughObservation
   EXPECT_EQ(est.position(0).refits, 2);
 }
 
-TEST(OnlineAcceptanceEstimatorTest, RejectsARefitWithANegativeSlope) {
-  // Acceptance falls as the draft grows confident: a fit would have w < 0.
+TEST(OnlineAcceptanceEstimatorTest, ANegativeSlopeFallsBackToTheAcceptanceRate) {
+  // Acceptance falls as the draft grows confident: the two-parameter fit
+  // has w < 0, so the position plans with its acceptance rate instead.
   const TrueModel inverted{{-1.5}, {0.0}};
   AcceptanceEstimatorOptions options = SmallOptions(1);
   OnlineAcceptanceEstimator est = *OnlineAcceptanceEstimator::Create(options);
@@ -190,13 +191,57 @@ TEST(OnlineAcceptanceEstimatorTest, RejectsARefitWithANegativeSlope) {
     const Step s = MakeStep(inverted, 32, step * 32, rng, false);
     ASSERT_TRUE(est.Observe(s.observations).ok());
   }
-  EXPECT_FALSE(est.position(0).fitted);
-  EXPECT_EQ(est.position(0).refits, 0);
-  EXPECT_EQ(est.position(0).rejected_refits, 64 / options.refit_interval_steps);
-  std::vector<double> c(1);
-  const std::vector<float> signal = {0.99f};
-  ASSERT_TRUE(est.Score(signal, absl::MakeSpan(c)).ok());
-  EXPECT_EQ(c[0], 1.0);  // still the prior
+  const auto& position = est.position(0);
+  ASSERT_TRUE(position.fitted);
+  EXPECT_EQ(position.slope, 0.0);
+  EXPECT_EQ(position.refits, 64 / options.refit_interval_steps);
+  EXPECT_EQ(position.rejected_refits, 0);
+  // Every signal scores the same: the window's acceptance rate (the L2
+  // penalty on b moves it by far less than the tolerance).
+  const double rate = static_cast<double>(position.accepted) / position.observations;
+  std::vector<double> c(2);
+  const std::vector<float> signals = {0.05f, 0.99f};
+  ASSERT_TRUE(est.Score(signals, absl::MakeSpan(c)).ok());
+  EXPECT_EQ(c[0], c[1]);
+  EXPECT_NEAR(c[0], rate, 0.02);
+}
+
+TEST(OnlineAcceptanceEstimatorTest, OneSignalForEveryDraftStillGetsReady) {
+  // Dummy weights give every draft the same near-uniform distribution, so
+  // every signal is the same tiny q_max, and simulated acceptance accepts
+  // each verified draft with a fixed chance. The estimator must still become
+  // ready, at the acceptance rate, so that the planner plans.
+  constexpr double kRate = 0.8;
+  constexpr int kGamma = 3;
+  AcceptanceEstimatorOptions options = SmallOptions(kGamma);
+  OnlineAcceptanceEstimator est = *OnlineAcceptanceEstimator::Create(options);
+  std::mt19937_64 rng(11);
+  std::bernoulli_distribution accept(kRate);
+  const float q_max = 1.0f / 128256;
+  constexpr int kRequests = 32;
+  std::vector<float> signals(kRequests * kGamma, q_max);
+  for (int step = 0; step < 64; ++step) {
+    std::vector<VerifyObservation> observations(kRequests);
+    for (int r = 0; r < kRequests; ++r) {
+      VerifyObservation& o = observations[r];
+      o.request_id = step * kRequests + r;
+      o.draft_signals = absl::MakeConstSpan(&signals[r * kGamma], kGamma);
+      o.num_verified_drafts = kGamma;
+      while (o.accepted_drafts < kGamma && accept(rng)) ++o.accepted_drafts;
+    }
+    ASSERT_TRUE(est.Observe(observations).ok());
+  }
+  ASSERT_TRUE(est.ready());
+  std::vector<double> c(kGamma);
+  ASSERT_TRUE(est.Score(absl::MakeConstSpan(signals.data(), kGamma), absl::MakeSpan(c)).ok());
+  for (int k = 0; k < kGamma; ++k) {
+    const auto& position = est.position(k);
+    EXPECT_EQ(position.slope, 0.0) << k;
+    // Each position's observations are Bernoulli(kRate): the estimate stays
+    // within four standard errors of it.
+    const double tolerance = 4.0 * std::sqrt(kRate * (1 - kRate) / position.observations);
+    EXPECT_NEAR(c[k], kRate, tolerance) << k << " (" << position.observations << " observations)";
+  }
 }
 
 TEST(OnlineAcceptanceEstimatorTest, WindowFollowsADrift) {
