@@ -172,7 +172,8 @@ ServingMetrics::ServingMetrics(std::shared_ptr<prometheus::Registry> registry)
       plan_steps_family_(CounterFamily(
           *registry_, "verdict_plan_steps_total",
           "Decode steps by plan reason; no-cost-table, confidence-prior and small-batch "
-          "fell back to verifying every draft")),
+          "fell back to verifying every draft; no-drafts steps drafted nothing "
+          "(--speculation-max-batch)")),
       estimator_ready_(Gauge(*registry_, "verdict_estimator_ready",
                              "1 once every draft position has a fitted acceptance model")),
       estimator_fitted_family_(GaugeFamily(*registry_, "verdict_estimator_fitted",

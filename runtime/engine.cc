@@ -168,6 +168,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   if (options.max_running_requests < 1 || options.max_waiting_requests < 0) {
     return absl::InvalidArgumentError("engine: request limits must be positive");
   }
+  if (options.speculation_max_batch < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--speculation-max-batch must be 0 (no limit) or positive, got ",
+                     options.speculation_max_batch));
+  }
   if (absl::Status s = CheckSimulatedAcceptance(options, target); !s.ok()) return s;
   std::unique_ptr<Engine> engine(new Engine(options, comm));
   const bool speculative = options.speculation && draft.has_value();
@@ -677,13 +682,20 @@ StepJob Engine::NewJob(const std::vector<Request*>& batch) {
     r->last_step = job.step;
   }
   job.verify_lens.assign(batch.size(), 1);
+  job.draft = DraftsAtBatch(static_cast<int>(batch.size()));
   return job;
+}
+
+bool Engine::DraftsAtBatch(int batch_size) const {
+  // The batch size is the same on every rank, so is the answer.
+  return options_.speculation_max_batch == 0 || batch_size <= options_.speculation_max_batch;
 }
 
 absl::Status Engine::PlanStep(const std::vector<Request*>& batch,
                               absl::Span<const double> confidences, PlannedStep* step) {
   const int b = static_cast<int>(batch.size());
   const int g = gamma_;
+  const bool drafts = DraftsAtBatch(b);  // what NewJob tells the executor
   std::vector<int32_t> max_verify_lens(b);
   std::vector<uint8_t> flags(b, 0);
   for (int i = 0; i < b; ++i) {
@@ -700,6 +712,7 @@ absl::Status Engine::PlanStep(const std::vector<Request*>& batch,
   input.max_verify_lens = max_verify_lens;
   input.flags = flags;
   input.confidence_ready = estimator_->ready();
+  input.drafts = drafts;
   if (absl::Status s = planner_->Plan(input, &plan_); !s.ok()) return s;
   if (options_.plan_check_interval > 0 && stats_.steps % options_.plan_check_interval == 0) {
     if (absl::Status s = CheckPlanAcrossRanks(plan_); !s.ok()) return s;
@@ -869,6 +882,11 @@ absl::Status Engine::CommitStep(const PlannedStep& step, const StepOutcome& outc
       o.accepted_drafts = accepted;
       observations.push_back(o);
       if (options_.overlap) r->lagged_signals.assign(signals.begin(), signals.end());
+    } else if (r->speculative) {
+      // A step without drafts (--speculation-max-batch): the latest signals
+      // grow older with every such step, so the next overlapped plan counts
+      // the request's drafts as sure, as for a request that never drafted.
+      r->lagged_signals.clear();
     }
     if (Commit(*r, tokens, logprobs)) finished.push_back(r);
   }
@@ -955,7 +973,7 @@ void Engine::set_metrics(ServingMetrics* metrics) {
   for (PlanReason reason :
        {PlanReason::kPlanned, PlanReason::kPinnedBudget, PlanReason::kStaticMode,
         PlanReason::kNoCostTable, PlanReason::kConfidencePrior, PlanReason::kSmallBatch,
-        PlanReason::kEmptyBatch}) {
+        PlanReason::kEmptyBatch, PlanReason::kNoDrafts}) {
     info.plan_reasons.emplace_back(PlanReasonName(reason));
   }
   metrics_->Configure(info);

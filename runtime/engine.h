@@ -116,6 +116,13 @@ struct EngineOptions {
   // unless the target's weights are dummy; ignored, with a log line, when
   // speculation is off (nothing is drafted). Negative: off.
   double simulate_acceptance = -1;
+  // Steps of more requests than this draft nothing: every request verifies
+  // one row, as with speculation off, and the draft catches up on the
+  // tokens it missed in its first pass of the next step that drafts. At
+  // large batches five draft passes cost more than the verified drafts save
+  // (docs/PERF.md: from 16 requests at TP 2 and 4, 128 at TP 1, on the
+  // 8B/1B pair). 0: no limit.
+  int speculation_max_batch = 0;
   // Overlap scheduling: the CPU plans step N+1 while a worker thread runs
   // step N (see the top of this file). Off by default: every plan then uses
   // the fresh drafts' confidences, and steps run one at a time.
@@ -287,6 +294,8 @@ class Engine : public GenerationService {
   ExecutorRequest ToExecutorRequest(const Request& request) const;
   // The job of a new step over `batch` (the releases since the last one).
   StepJob NewJob(const std::vector<Request*>& batch);
+  // Whether a step of `batch_size` requests drafts (speculation_max_batch).
+  bool DraftsAtBatch(int batch_size) const;
   // The CPU half of a step's start: caps and flags, the plan from
   // `confidences`, the plan check, rank 0's verify lengths on every rank.
   absl::Status PlanStep(const std::vector<Request*>& batch, absl::Span<const double> confidences,

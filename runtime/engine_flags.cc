@@ -34,6 +34,9 @@ ABSL_FLAG(std::string, overlap, "off",
           "fresh drafts");
 ABSL_FLAG(int, max_running_requests, 64, "requests decoded together at most");
 ABSL_FLAG(int, max_waiting_requests, 1024, "requests queued beyond the running ones at most");
+ABSL_FLAG(int, speculation_max_batch, 0,
+          "steps of more running requests than this draft nothing (each request decodes one "
+          "token, as with --speculation off); 0: no limit");
 ABSL_FLAG(int64_t, max_model_len, 0, "context length; 0: the target's max_position_embeddings");
 ABSL_FLAG(int64_t, kv_cache_tokens, 65536, "KV cache positions per model");
 ABSL_FLAG(std::string, cost_table, "",
@@ -122,6 +125,7 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
   if (!overlap.ok()) return overlap.status();
   options.overlap = *overlap;
   options.max_running_requests = absl::GetFlag(FLAGS_max_running_requests);
+  options.speculation_max_batch = absl::GetFlag(FLAGS_speculation_max_batch);
   options.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
   options.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);

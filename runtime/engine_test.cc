@@ -118,6 +118,104 @@ INSTANTIATE_TEST_SUITE_P(Modes, GreedyEquivalenceTest,
                            return name + (std::get<1>(info.param) ? "_overlap" : "");
                          });
 
+// --speculation-max-batch: steps of more requests draft nothing; once the
+// batch shrinks to the limit the draft catches up on the tokens it missed
+// (its first pass takes them all) and drafting resumes, with the target's
+// greedy tokens throughout. Half the requests stop early, so the batch goes
+// from 16 to 8.
+class SpeculationMaxBatchTest : public EngineTest,
+                                public ::testing::WithParamInterface<std::tuple<VerifyMode, bool>> {
+};
+
+TEST_P(SpeculationMaxBatchTest, LargeBatchesDecodeWithoutDraftsAndLoseNothing) {
+  constexpr int kLimit = 8;
+  constexpr int kShortTokens = 12;
+  // Accepted drafts per proposed draft of the long requests, with and
+  // without the limit, and the limited run's steps.
+  const auto run = [&](int limit, std::vector<StepTiming>* steps) {
+    LocalCommunicator comm;
+    EngineOptions options;
+    options.verify_mode = std::get<0>(GetParam());
+    options.overlap = std::get<1>(GetParam());
+    options.speculation_max_batch = limit;
+    std::unique_ptr<Engine> engine = MakeEngine(&comm, options);
+    EXPECT_NE(engine, nullptr);
+    if (engine == nullptr) return 0.0;
+    std::mutex mu;
+    engine->set_step_observer([&](const StepTiming& t) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (steps != nullptr) steps->push_back(t);
+    });
+    EngineHarness harness(engine.get());
+    std::vector<GenerationRequest> requests = GreedyRequests(*engine, kMaxTokens);
+    EXPECT_EQ(requests.size(), 2u * kLimit);
+    for (int i = 0; i < kLimit; ++i) requests[i].params.max_tokens = kShortTokens;
+    const std::vector<CollectedOutput> outputs = harness.GenerateAll(requests);
+    harness.Stop();
+    int64_t drafted = 0, accepted = 0;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const std::vector<int32_t>& reference = (*reference_)[i].token_ids;
+      const size_t want = i < kLimit ? kShortTokens : kMaxTokens;
+      EXPECT_EQ(outputs[i].token_ids.size(), want) << i;
+      EXPECT_TRUE(
+          std::equal(outputs[i].token_ids.begin(), outputs[i].token_ids.end(), reference.begin()))
+          << "prompt " << kPrompts[i] << ", limit " << limit;
+      if (i >= kLimit) {
+        drafted += outputs[i].usage.draft_tokens;
+        accepted += outputs[i].usage.accepted_tokens;
+      }
+    }
+    EXPECT_GT(drafted, 0) << "limit " << limit;
+    return drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0;
+  };
+  std::vector<StepTiming> steps;
+  const double limited_rate = run(kLimit, &steps);
+  const double unlimited_rate = run(0, nullptr);
+
+  // Steps above the limit drafted nothing and ran one row per request.
+  int no_draft_steps = 0, drafting_steps = 0;
+  for (const StepTiming& t : steps) {
+    if (t.batch_size > kLimit) {
+      EXPECT_EQ(t.plan_reason, PlanReason::kNoDrafts) << "step " << t.step;
+      EXPECT_EQ(t.budget, 0) << "step " << t.step << " of " << t.batch_size << " requests";
+      EXPECT_EQ(t.verify_tokens, t.batch_size) << "step " << t.step;
+      ++no_draft_steps;
+    } else if (t.budget > 0) {
+      ++drafting_steps;
+    }
+  }
+  EXPECT_GT(no_draft_steps, 0);
+  EXPECT_GT(drafting_steps, 0);
+  // After the catch-up the draft sees the whole context again, so its drafts
+  // are accepted about as often as without the limit; a draft that missed
+  // tokens would propose garbage.
+  EXPECT_GT(limited_rate, 0.5 * unlimited_rate)
+      << "accepted per draft: " << limited_rate << " with the limit, " << unlimited_rate
+      << " without";
+}
+
+TEST(SpeculationMaxBatchOptionTest, NegativeIsRefusedWithTheFlag) {
+  LocalCommunicator comm;
+  EngineOptions options;
+  options.speculation_max_batch = -1;
+  options.kv_cache_tokens = 8192;
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(options, ModelSource{"models/target"}, ModelSource{"models/draft"}, &comm);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(engine.status().message()),
+              ::testing::HasSubstr("--speculation-max-batch"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, SpeculationMaxBatchTest,
+                         ::testing::Combine(::testing::Values(VerifyMode::kStatic,
+                                                              VerifyMode::kCompact),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(VerifyModeName(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_overlap" : "");
+                         });
+
 // The engine's behaviour that overlap scheduling must keep: each test runs
 // with overlap off and on.
 class EngineOverlapTest : public EngineTest, public ::testing::WithParamInterface<bool> {

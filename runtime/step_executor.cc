@@ -86,7 +86,7 @@ absl::Status StepExecutor::ProposeDrafts(const StepJob& job, StepOutcome* outcom
     }
     DeviceRequest& r = it->second;
     batch_.push_back(&r);
-    const bool drafts = r.request.speculative && draft_ != nullptr;
+    const bool drafts = job.draft && r.request.speculative && draft_ != nullptr;
     // A request that is done on the device (a stop token emitted, or its
     // length reached) is done for the CPU too once this step's predecessor
     // reaches it: its drafts could never be committed.

@@ -78,6 +78,9 @@ struct StepJob {
   std::vector<int64_t> released;
   std::vector<int64_t> batch;        // request ids, in batch order
   std::vector<int32_t> verify_lens;  // the plan (rank 0's), per batch entry
+  // False: no request drafts this step (EngineOptions::speculation_max_batch);
+  // each verifies one row.
+  bool draft = true;
 };
 
 // One step's results, per request in batch order.

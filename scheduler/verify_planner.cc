@@ -124,6 +124,8 @@ std::string_view PlanReasonName(PlanReason reason) {
       return "small-batch";
     case PlanReason::kEmptyBatch:
       return "empty-batch";
+    case PlanReason::kNoDrafts:
+      return "no-drafts";
   }
   return "unknown";
 }
@@ -348,6 +350,20 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
     plan->packed = false;
     plan->predicted_step_seconds = 0;
     plan->predicted_committed_tokens = 0;
+    return absl::OkStatus();
+  }
+
+  if (!input.drafts) {
+    std::fill(plan->verify_lens.begin(), plan->verify_lens.end(), 1);
+    plan->reason = PlanReason::kNoDrafts;
+    plan->budget = 0;
+    plan->verify_tokens = batch;  // one row per request, in every layout
+    plan->packed = false;
+    plan->predicted_step_seconds =
+        cost_table_.has_value()
+            ? cost_table_->Predict(static_cast<double>(batch), static_cast<double>(batch))
+            : std::numeric_limits<double>::quiet_NaN();
+    plan->predicted_committed_tokens = static_cast<double>(batch);
     return absl::OkStatus();
   }
 

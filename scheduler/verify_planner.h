@@ -57,6 +57,7 @@ enum class PlanReason {
   kConfidencePrior,  // the confidence source is on its prior: verify everything
   kSmallBatch,       // the shortest plan costs as much as the full block
   kEmptyBatch,       // no requests
+  kNoDrafts,         // the step drafted nothing (batch above the speculation limit)
 };
 std::string_view PlanReasonName(PlanReason reason);
 
@@ -97,6 +98,9 @@ struct PlannerInput {
   absl::Span<const uint8_t> flags;
   // ConfidenceSource::ready(): false while the source is on its prior.
   bool confidence_ready = true;
+  // False: the step drafts nothing (EngineOptions::speculation_max_batch), so
+  // every request verifies one row, whatever the mode and the confidences.
+  bool drafts = true;
 };
 
 struct VerifyPlan {

@@ -259,6 +259,31 @@ TEST(VerifyPlannerTest, ConfidencePriorVerifiesEverything) {
   EXPECT_THAT(plan.verify_lens, ElementsAre(3, 3));
 }
 
+TEST(VerifyPlannerTest, AStepWithoutDraftsVerifiesOneRowPerRequestInEveryMode) {
+  const CostTable table =
+      *CostTable::Create({1, 64}, {1, 64, 512}, {0.010, 0.014, 0.060, 0.020, 0.024, 0.090});
+  const std::vector<double> confidences(3 * 5, 0.9);
+  const std::vector<int32_t> caps(3, 6);
+  for (const VerifyMode mode :
+       {VerifyMode::kStatic, VerifyMode::kCapAccept, VerifyMode::kCompact}) {
+    VerifyPlanner planner = MakePlanner(mode, 5, table);
+    PlannerInput input;
+    input.confidences = confidences;
+    input.max_verify_lens = caps;
+    input.drafts = false;
+    VerifyPlan plan;
+    ASSERT_TRUE(planner.Plan(input, &plan).ok());
+    EXPECT_EQ(plan.reason, PlanReason::kNoDrafts) << VerifyModeName(mode);
+    EXPECT_THAT(plan.verify_lens, ElementsAre(1, 1, 1));
+    EXPECT_EQ(plan.budget, 0);
+    EXPECT_EQ(plan.verify_tokens, 3);
+    EXPECT_FALSE(plan.packed);
+    EXPECT_EQ(plan.predicted_step_seconds, table.Predict(3, 3));
+    EXPECT_EQ(plan.predicted_committed_tokens, 3.0);
+    EXPECT_EQ(PlanReasonName(plan.reason), "no-drafts");
+  }
+}
+
 TEST(VerifyPlannerTest, PinnedBudgetHitsTheTokenCountItAsks) {
   // Pinned budgets include drafts of zero survival: a profiler measuring
   // cost(B, M) needs exactly M rows, even from scratch (no table, prior).
