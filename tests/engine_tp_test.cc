@@ -548,6 +548,51 @@ INSTANTIATE_TEST_SUITE_P(Modes, PlanTpTest,
                                             ::testing::Bool()),
                          ModeAndOverlapTestName);
 
+// --speculation-max-batch across ranks: 16 requests of 20 to 60 tokens run
+// at once, so the batch shrinks from 16 to 1; steps above 8 requests draft
+// nothing. Every rank decides alike (plans compared every step), and the
+// tokens, acceptance and step count equal TP 1's, with overlap off and on.
+class SpeculationMaxBatchTpTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SpeculationMaxBatchTpTest, EveryRankSkipsTheSameStepsAndMatchesTp1) {
+  const std::string dir = WriteTinyPair();
+  EngineOptions options = PlanOptions(VerifyMode::kCompact, WriteCostTable(), GetParam());
+  options.speculation_max_batch = kPlanConcurrency / 2;
+  const std::vector<GenerationRequest> requests = PlanWorkload(kPlanConcurrency);
+
+  PlanRun reference, unlimited;
+  OnRankZeroWhileOthersWait([&] {
+    LocalCommunicator local;
+    reference = RunPlanWorkload(&local, options, dir, /*speculation=*/true, requests);
+    EngineOptions no_limit = options;
+    no_limit.speculation_max_batch = 0;
+    unlimited = RunPlanWorkload(&local, no_limit, dir, /*speculation=*/true, requests);
+  });
+  std::unique_ptr<Communicator> comm = MakeMpiCommunicator();
+  ASSERT_NE(comm, nullptr);
+  const PlanRun run = RunPlanWorkload(comm.get(), options, dir, /*speculation=*/true, requests);
+  EXPECT_EQ(run.stats.plan_checks, run.stats.steps);
+  EXPECT_EQ(run.stats.plan_mismatches, 0);
+  if (Rank() != 0) return;
+  // The limit took drafts away: fewer drafted request-steps than without it,
+  // but not none (the batch ends below the limit).
+  EXPECT_GT(reference.stats.spec_steps, 0);
+  EXPECT_LT(reference.stats.spec_steps, unlimited.stats.spec_steps);
+  ASSERT_EQ(run.outputs.size(), requests.size());
+  ASSERT_EQ(reference.outputs.size(), requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(run.outputs[i].token_ids, reference.outputs[i].token_ids) << "request " << i;
+    EXPECT_EQ(run.outputs[i].usage.draft_tokens, reference.outputs[i].usage.draft_tokens) << i;
+    EXPECT_EQ(run.outputs[i].usage.accepted_tokens, reference.outputs[i].usage.accepted_tokens)
+        << i;
+  }
+  EXPECT_EQ(run.stats.steps, reference.stats.steps);
+  EXPECT_EQ(run.stats.spec_steps, reference.stats.spec_steps);
+}
+
+INSTANTIATE_TEST_SUITE_P(Overlap, SpeculationMaxBatchTpTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "overlap" : "plain"; });
+
 // ------------------------------------------------------------ divergence
 
 // Invariant 3's other half: ranks that plan differently are caught at the
