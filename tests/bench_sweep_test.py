@@ -118,7 +118,10 @@ class ComparisonTest(unittest.TestCase):
                                "verdict_step_draft_seconds_sum": 4.866,
                                "verdict_step_draft_seconds_count": 811.0,
                                "verdict_step_verify_seconds_sum": 4.055,
-                               "verdict_step_verify_seconds_count": 811.0}
+                               "verdict_step_verify_seconds_count": 811.0,
+                               'verdict_plan_steps_total{reason="planned"}': 790.0,
+                               'verdict_plan_steps_total{reason="confidence-prior"}': 21.0,
+                               'verdict_plan_steps_total{reason="small-batch"}': 0.0}
         return configs
 
     def test_decode_table_with_change_against_static(self):
@@ -130,11 +133,12 @@ class ComparisonTest(unittest.TestCase):
         self.assertIn("| 128 | 8141 | 9622 | +18.2% | - | - |", text)
         self.assertIn("| 1 | 3.50 / 6.00, 12.5 / 1.25 | 3.40 / 6.00, 12.5 / 1.25 | "
                       "- / -, 12.5 / 1.25 |", text)
-        # The server's own counters: decode steps, plan checks (mismatches) and
+        # The server's own counters: decode steps, plan checks (mismatches),
+        # the steps by plan reason (the ones that happened, most first) and
         # the mean draft and verify time of a step.
-        self.assertIn("| compact-tp1 | `--verify-mode=compact` | 12 | 811 | 13 (0) | 6.00 / 5.00 "
-                      "| ok |", text)
-        self.assertIn("| static-tp1 | `--verify-mode=static` | 12 | - | - | - / - | ok |", text)
+        self.assertIn("| compact-tp1 | `--verify-mode=compact` | 12 | 811 | 13 (0) | "
+                      "planned 790, confidence-prior 21 | 6.00 / 5.00 | ok |", text)
+        self.assertIn("| static-tp1 | `--verify-mode=static` | 12 | - | - | - | - / - | ok |", text)
 
     def test_failed_runs_are_listed(self):
         configs = self.configs()
@@ -142,7 +146,8 @@ class ComparisonTest(unittest.TestCase):
         configs[1].status = "the server exited with 1 while starting"
         text = sweep.comparison_markdown(args(), configs)
         self.assertIn("| 1 | 330 | - | - | 120 | -63.6% |", text)
-        self.assertIn("| compact-tp1 | `--verify-mode=compact` | 0 | 811 | 13 (0) | 6.00 / 5.00 | "
+        self.assertIn("| compact-tp1 | `--verify-mode=compact` | 0 | 811 | 13 (0) | "
+                      "planned 790, confidence-prior 21 | 6.00 / 5.00 | "
                       "the server exited with 1 while starting |", text)
         doc = sweep.comparison_json(configs)
         self.assertEqual([c["report"] for c in doc["configurations"]],

@@ -257,11 +257,14 @@ def run_configuration(args, config):
 
 # Counters of the server's own report that the runs table shows: how many
 # decode steps ran, how often the ranks compared plans and disagreed, and
-# where a step's time went (draft passes, verify).
+# where a step's time went (draft passes, verify); and the steps by plan
+# reason (PLAN_REASON_PREFIX, one counter per reason), which shows whether
+# cap-accept and compact planned at all or fell back to verifying everything.
 SERVER_COUNTERS = ("verdict_decode_steps_total", "verdict_plan_checks_total",
                    "verdict_plan_mismatches_total",
                    "verdict_step_draft_seconds_sum", "verdict_step_draft_seconds_count",
                    "verdict_step_verify_seconds_sum", "verdict_step_verify_seconds_count")
+PLAN_REASON_PREFIX = 'verdict_plan_steps_total{reason="'
 
 
 def scrape_counters(port, path):
@@ -279,9 +282,18 @@ def scrape_counters(port, path):
     counters = {}
     for line in text.splitlines():
         name, _, value = line.partition(" ")
-        if name in SERVER_COUNTERS:
+        if name in SERVER_COUNTERS or name.startswith(PLAN_REASON_PREFIX):
             counters[name] = float(value)
     return counters
+
+
+def plan_reasons(counters):
+    """The steps by plan reason, most first, e.g. "planned 43, confidence-prior 44"."""
+    steps = [(value, name[len(PLAN_REASON_PREFIX):].rstrip('"}'))
+             for name, value in counters.items()
+             if name.startswith(PLAN_REASON_PREFIX) and value > 0]
+    steps.sort(key=lambda s: (-s[0], s[1]))
+    return ", ".join(f"{reason} {value:.0f}" for value, reason in steps) or "-"
 
 
 def step_split(counters):
@@ -374,8 +386,8 @@ def comparison_markdown(args, configs):
         lines.append("")
     lines += ["## Runs", "",
               "| configuration | server flags | requests | decode steps | plan checks "
-              "(mismatches) | draft / verify ms per step | status |",
-              "|---|---|---:|---:|---:|---:|---|"]
+              "(mismatches) | steps by plan reason | draft / verify ms per step | status |",
+              "|---|---|---:|---:|---:|---|---:|---|"]
     for c in configs:
         completed = failed = 0
         for p in (c.report or {}).get("points", []):
@@ -387,7 +399,8 @@ def comparison_markdown(args, configs):
         mismatches = c.counters.get("verdict_plan_mismatches_total")
         plan = "-" if checks is None else f"{checks:.0f} ({mismatches or 0:.0f})"
         lines.append(f"| {c.name} | `{shlex.join(c.flags)}` | {requests} | "
-                     f"{fmt(steps, 0)} | {plan} | {step_split(c.counters)} | {c.status} |")
+                     f"{fmt(steps, 0)} | {plan} | {plan_reasons(c.counters)} | "
+                     f"{step_split(c.counters)} | {c.status} |")
     return "\n".join(lines) + "\n"
 
 
