@@ -169,37 +169,33 @@ absl::Status CudaLlamaModel::EnqueueMaybeGraph(const Key& key, bool graphable,
   constexpr size_t kMaxGraphs = 512;
   if (graphs_.size() >= kMaxGraphs && graphs_.find(key) == graphs_.end()) DropGraphs();
   GraphEntry& entry = graphs_[key];
-  if (entry.exec != nullptr) {
-    VERDICT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(entry.exec, stream_));
-    graph_replays_.fetch_add(1, std::memory_order_relaxed);
-    return absl::OkStatus();
-  }
-  if (entry.failed || entry.uses++ == 0) return enqueue();
-  VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  absl::Status status = enqueue();
-  cudaGraph_t graph = nullptr;
-  const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
-  if (status.ok() && end == cudaSuccess) {
-    const cudaError_t made = cudaGraphInstantiate(&entry.exec, graph, 0);
-    cudaGraphDestroy(graph);
-    if (made == cudaSuccess) {
-      VERDICT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(entry.exec, stream_));
-      graph_replays_.fetch_add(1, std::memory_order_relaxed);
-      return absl::OkStatus();
+  if (entry.exec == nullptr) {
+    // The shape's first use runs eagerly; its second is captured.
+    if (entry.failed || entry.uses++ == 0) return enqueue();
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    const absl::Status status = enqueue();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    if (status.ok() && end == cudaSuccess &&
+        cudaGraphInstantiate(&entry.exec, graph, 0) != cudaSuccess) {
+      entry.exec = nullptr;
     }
-    entry.exec = nullptr;
-  } else if (graph != nullptr) {
-    cudaGraphDestroy(graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (entry.exec == nullptr) {
+      // Capture is an optimisation: a shape that cannot be captured runs
+      // eagerly from now on (the same kernels, so the same results). At TP >
+      // 1 the other ranks may replay a graph of this shape meanwhile: their
+      // captured collectives still match this rank's eager ones, which work
+      // on the same ordinary (unregistered) buffers. An error of NCCL itself
+      // fails the communicator, and with it the eager retry.
+      cudaGetLastError();
+      entry.failed = true;
+      return enqueue();
+    }
   }
-  // Capture is an optimisation: a shape that cannot be captured runs
-  // eagerly from now on (the same kernels, so the same results). At TP > 1
-  // the other ranks may replay a graph of this shape meanwhile: their
-  // captured collectives still match this rank's eager ones, which work on
-  // the same ordinary (unregistered) buffers. An error of NCCL itself fails
-  // the communicator, and with it the eager retry.
-  cudaGetLastError();
-  entry.failed = true;
-  return enqueue();
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(entry.exec, stream_));
+  graph_replays_.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
 }
 
 absl::Status CudaLlamaModel::Init(const WeightSource& source, int load_threads) {

@@ -144,14 +144,13 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
   const std::string one_shot = absl::GetFlag(FLAGS_one_shot_all_reduce);
   if (one_shot == "auto") {
     options.one_shot_all_reduce = OneShotAllReduce::kAuto;
+  } else if (one_shot == "on") {
+    options.one_shot_all_reduce = OneShotAllReduce::kOn;
+  } else if (one_shot == "off") {
+    options.one_shot_all_reduce = OneShotAllReduce::kOff;
   } else {
-    absl::StatusOr<bool> on = IsFirstChoice("one-shot-all-reduce", FLAGS_one_shot_all_reduce,
-                                            "on", "off");
-    if (!on.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--one-shot-all-reduce must be auto, on or off, not '", one_shot, "'"));
-    }
-    options.one_shot_all_reduce = *on ? OneShotAllReduce::kOn : OneShotAllReduce::kOff;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--one-shot-all-reduce must be auto, on or off, not '", one_shot, "'"));
   }
 
   absl::StatusOr<bool> real_weights =
