@@ -23,8 +23,6 @@
 #include "kernels/model/paged_attention.h"
 #include "kernels/model/paged_kv.h"
 #include "kernels/model/rms_norm.h"
-#include "kernels/model/rope.h"
-#include "kernels/model/silu_and_mul.h"
 #include "runtime/device_memory.h"
 #include "runtime/rope.h"
 
@@ -574,15 +572,16 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
                               w.k_norm.as<uint16_t>(), eps, stream_);
         if (!s.ok()) return s;
       }
-      const RopeShape rope{t, sh.heads, sh.kv_heads, sh.head_dim, qkv_stride, qkv_stride};
-      s = InvokeRope(qkv, qkv + sh.q_size(), d + o_pos, inv_freq_.as<float>(), rope, stream_);
-      if (!s.ok()) return s;
       const PagedBatch& pb = w.sliding ? ring_batch : full_batch;
       const KvCacheLayout& layout = w.sliding ? ring_layout : full_layout;
       uint16_t* k_cache = w.k_cache.as<uint16_t>();
       uint16_t* v_cache = w.v_cache.as<uint16_t>();
-      s = InvokeKvCacheWrite(qkv + sh.q_size(), qkv_stride, qkv + sh.q_size() + sh.kv_size(),
-                             qkv_stride, pb, layout, k_cache, v_cache, stream_);
+      // RoPE on q and k and the KV-cache write in one launch (pb.positions
+      // is d + o_pos, the tokens' positions); the same bits as InvokeRope
+      // then InvokeKvCacheWrite.
+      s = InvokeRopeKvCacheWrite(
+          qkv, qkv_stride, qkv + sh.q_size(), qkv_stride, qkv + sh.q_size() + sh.kv_size(),
+          qkv_stride, inv_freq_.as<float>(), sh.heads, pb, layout, k_cache, v_cache, stream_);
       if (!s.ok()) return s;
       s = InvokePagedAttention(qkv, qkv_stride, k_cache, v_cache, pb, layout,
                                w.sliding ? attn_sliding : attn_full, attn, sh.q_size(),
@@ -600,10 +599,12 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
       s = InvokeAddRmsNorm(o_out, residual, w.post_norm.as<uint16_t>(), normed, t, sh.hidden, eps,
                            stream_);
       if (!s.ok()) return s;
-      s = gemm_->Run(normed, w.gate_up.as<uint16_t>(), nullptr, gate_up, t, 2 * sh.inter, sh.hidden,
-                     stream_);
+      // gate_up and SiLU-and-mul: one fused kernel for a draft's few decode
+      // rows (skinny GEMM on), the GEMM into gate_up then the activation
+      // otherwise; the same bits either way.
+      s = gemm_->RunGateUpSilu(normed, w.gate_up.as<uint16_t>(), gate_up, act, t, sh.inter,
+                               sh.hidden, stream_);
       if (!s.ok()) return s;
-      if (s = InvokeSiluAndMul(gate_up, act, t, sh.inter, stream_); !s.ok()) return s;
       s = gemm_->Run(act, w.down.as<uint16_t>(), nullptr, mlp_out, t, sh.hidden, sh.inter, stream_);
       if (!s.ok()) return s;
       if (s = AllReduce(mlp_out, T * sh.hidden, DataType::kBFloat16); !s.ok()) return s;

@@ -61,6 +61,19 @@ class Gemm {
   absl::Status Run(const uint16_t* a, const uint16_t* w, const uint16_t* bias, float* c, int m,
                    int n, int k, cudaStream_t stream);
 
+  // The Llama MLP's gate_up projection and its activation: act[m, inter] =
+  // silu(gate) * up from a[m, k] and w_gate_up[2 * inter, k] (gate rows,
+  // then up rows; no bias). Where Run would take the skinny kernel
+  // (GemmOptions::skinny_small_m) one fused kernel does both
+  // (InvokeSkinnyGateUpSilu: a launch fewer and no gate_up round trip
+  // through memory) and gate_up_scratch is left alone; otherwise Run writes
+  // gate_up [m, 2 * inter] to gate_up_scratch and InvokeSiluAndMul
+  // (kernels/model/silu_and_mul.h) reads it. Either way act holds the bits
+  // of Run followed by InvokeSiluAndMul.
+  absl::Status RunGateUpSilu(const uint16_t* a, const uint16_t* w_gate_up,
+                             uint16_t* gate_up_scratch, uint16_t* act, int m, int inter, int k,
+                             cudaStream_t stream);
+
   // Number of cached plans (one per distinct shape/dtype/alignment seen).
   size_t cached_plans() const;
 

@@ -22,6 +22,7 @@
 #include "kernels/model/add_bias.h"
 #include "kernels/model/gemm.h"
 #include "kernels/model/internal/cublaslt_api.h"
+#include "kernels/model/silu_and_mul.h"
 #include "kernels/model/skinny_gemm.h"
 
 namespace verdict {
@@ -295,6 +296,22 @@ absl::Status Gemm::Run(const uint16_t* a, const uint16_t* w, const uint16_t* bia
     return InvokeSkinnyGemm(a, w, bias, c, m, n, k, stream);
   }
   return impl_->Run(a, w, bias, c, OutType::kF32, m, n, k, stream);
+}
+
+absl::Status Gemm::RunGateUpSilu(const uint16_t* a, const uint16_t* w_gate_up,
+                                 uint16_t* gate_up_scratch, uint16_t* act, int m, int inter, int k,
+                                 cudaStream_t stream) {
+  // Exactly where Run(gate_up) would take the skinny kernel (the fused
+  // kernel's own test is the same one), so that act's bits do not depend on
+  // which of the two paths ran.
+  if (UseSkinny(impl_->skinny, m, k, a, w_gate_up) && SkinnyGateUpSiluFits(m, k, a, w_gate_up)) {
+    return InvokeSkinnyGateUpSilu(a, w_gate_up, act, m, inter, k, stream);
+  }
+  if (absl::Status s = Run(a, w_gate_up, nullptr, gate_up_scratch, m, 2 * inter, k, stream);
+      !s.ok()) {
+    return s;
+  }
+  return InvokeSiluAndMul(gate_up_scratch, act, m, inter, stream);
 }
 
 size_t Gemm::cached_plans() const {

@@ -1,9 +1,13 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda_check.h"
 #include "kernels/model/internal/device_utils.cuh"
+#include "kernels/model/internal/rope_pair.cuh"
 #include "kernels/model/kv_cache_write.h"
 
 namespace verdict {
@@ -34,6 +38,8 @@ __global__ void __launch_bounds__(kThreads)
                        const int32_t* __restrict__ q_start, const int32_t* __restrict__ positions,
                        const int32_t* __restrict__ block_tables, int num_reqs, KvCacheLayout layout,
                        __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache) {
+  model_internal::WaitForPredecessor();  // LaunchDependent's contract
+  model_internal::AllowDependents();
   const int t = blockIdx.x;
   const int req = RequestOfToken(q_start, num_reqs, t);
   const int64_t width = layout.slot_stride();
@@ -54,6 +60,68 @@ __global__ void __launch_bounds__(kThreads)
       v_dst[i] = v_src[i];
     }
   }
+}
+
+// RopeKernel's block size (rope.cu): the fused kernel keeps its grid.
+constexpr int kRopeThreads = 256;
+
+// RoPE and the KV-cache write in one launch. Grid (thread blocks, tokens)
+// as RopeKernel's, one thread per rotated pair (q heads, then k heads) of a
+// token, each rotating its pair with the same RotateRopePair as RopeKernel
+// so that q and k come out with RopeKernel's bits. A k pair's thread also
+// stores the rotated pair to the token's cache slot, so the rotated keys
+// never make a round trip through memory before the write. Thread x of a
+// token also copies value x of its kv_heads * head_dim values (the grid's
+// x extent covers both counts). first_token offsets blockIdx.y for batches
+// beyond grid.y's limit: the slot lookup needs the token's index in the
+// whole batch.
+__global__ void __launch_bounds__(kRopeThreads) RopeKvCacheWriteKernel(
+    __nv_bfloat16* __restrict__ q, int64_t q_token_stride, __nv_bfloat16* __restrict__ k,
+    int64_t k_token_stride, const __nv_bfloat16* __restrict__ v, int64_t v_token_stride,
+    const float* __restrict__ inv_freq, int num_heads, const int32_t* __restrict__ q_start,
+    const int32_t* __restrict__ positions, const int32_t* __restrict__ block_tables, int num_reqs,
+    KvCacheLayout layout, __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
+    int first_token) {
+  model_internal::WaitForPredecessor();  // LaunchDependent's contract
+  model_internal::AllowDependents();
+  const int head_dim = layout.head_dim;
+  const int half = head_dim / 2;
+  const int q_pairs = num_heads * half;
+  const int pairs = q_pairs + layout.num_kv_heads * half;
+  const int width = layout.num_kv_heads * head_dim;  // the launcher bounds it
+  const int x = blockIdx.x * kRopeThreads + threadIdx.x;
+  const bool rotates = x < pairs;
+  const bool stores_k = rotates && x >= q_pairs;
+  const bool copies_v = x < width;
+  if (!rotates && !copies_v) return;
+  const int token = first_token + static_cast<int>(blockIdx.y);
+  const int32_t position = positions[token];
+  // Only the threads that store to the cache look up the slot (q pairs of
+  // the later heads skip the binary search).
+  int64_t slot_offset = 0;
+  if (stores_k || copies_v) {
+    const int req = RequestOfToken(q_start, num_reqs, token);
+    slot_offset = KvSlot(block_tables, layout, req, position) * width;
+  }
+  if (rotates) {
+    const int head = x / half;
+    const int i = x - head * half;
+    __nv_bfloat16* base =
+        head < num_heads
+            ? q + token * q_token_stride + static_cast<int64_t>(head) * head_dim
+            : k + token * k_token_stride + static_cast<int64_t>(head - num_heads) * head_dim;
+    const model_internal::RopePair r =
+        model_internal::RotateRopePair(base[i], base[i + half], position, inv_freq[i]);
+    base[i] = r.lo;
+    base[i + half] = r.hi;
+    if (stores_k) {
+      __nv_bfloat16* dst =
+          k_cache + slot_offset + static_cast<int64_t>(head - num_heads) * head_dim;
+      dst[i] = r.lo;
+      dst[i + half] = r.hi;
+    }
+  }
+  if (copies_v) v_cache[slot_offset + x] = v[token * v_token_stride + x];
 }
 
 }  // namespace
@@ -79,13 +147,57 @@ absl::Status InvokeKvCacheWrite(const uint16_t* k, int64_t k_token_stride, const
   auto* kc = reinterpret_cast<__nv_bfloat16*>(k_cache);
   auto* vc = reinterpret_cast<__nv_bfloat16*>(v_cache);
   if (vec) {
-    KvCacheWriteKernel<true><<<batch.total_q, kThreads, 0, stream>>>(
-        kb, k_token_stride, vb, v_token_stride, batch.q_start, batch.positions, batch.block_tables,
-        batch.num_reqs, layout, kc, vc);
+    VERDICT_CUDA_RETURN_IF_ERROR(model_internal::LaunchDependent(
+        KvCacheWriteKernel<true>, batch.total_q, kThreads, 0, stream, kb, k_token_stride, vb,
+        v_token_stride, batch.q_start, batch.positions, batch.block_tables, batch.num_reqs, layout,
+        kc, vc));
   } else {
-    KvCacheWriteKernel<false><<<batch.total_q, kThreads, 0, stream>>>(
-        kb, k_token_stride, vb, v_token_stride, batch.q_start, batch.positions, batch.block_tables,
-        batch.num_reqs, layout, kc, vc);
+    VERDICT_CUDA_RETURN_IF_ERROR(model_internal::LaunchDependent(
+        KvCacheWriteKernel<false>, batch.total_q, kThreads, 0, stream, kb, k_token_stride, vb,
+        v_token_stride, batch.q_start, batch.positions, batch.block_tables, batch.num_reqs, layout,
+        kc, vc));
+  }
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status InvokeRopeKvCacheWrite(uint16_t* q, int64_t q_token_stride, uint16_t* k,
+                                    int64_t k_token_stride, const uint16_t* v,
+                                    int64_t v_token_stride, const float* inv_freq, int num_heads,
+                                    const PagedBatch& batch, const KvCacheLayout& layout,
+                                    uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream) {
+  // InvokeRope's checks and InvokeKvCacheWrite's, plus: a batch with tokens
+  // has requests (total_q is q_start[num_reqs]), and a token's q, k and v
+  // values stay far enough below INT_MAX for the kernel's int thread index.
+  constexpr int64_t kMaxRowValues = int64_t{1} << 30;
+  const bool bad =
+      batch.total_q < 0 || batch.num_reqs < 0 || (batch.num_reqs == 0 && batch.total_q > 0) ||
+      num_heads < 0 || layout.block_size <= 0 || layout.num_kv_heads <= 0 || layout.head_dim <= 0 ||
+      layout.head_dim % 2 != 0 || layout.max_blocks_per_req <= 0 ||
+      (static_cast<int64_t>(num_heads) + layout.num_kv_heads) * layout.head_dim > kMaxRowValues;
+  if (bad) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rope_kv_cache_write: bad shape total_q=", batch.total_q, " num_reqs=", batch.num_reqs,
+        " heads=", num_heads, " kv_heads=", layout.num_kv_heads, " head_dim=", layout.head_dim,
+        " block_size=", layout.block_size, " max_blocks_per_req=", layout.max_blocks_per_req));
+  }
+  if (batch.total_q == 0) return absl::OkStatus();
+  const int half = layout.head_dim / 2;
+  const int pairs = (num_heads + layout.num_kv_heads) * half;
+  const int width = layout.num_kv_heads * layout.head_dim;
+  const int x_threads = std::max(pairs, width);
+  // Tokens beyond grid.y's limit (65535) go in further launches, as in
+  // InvokeRope.
+  for (int first = 0; first < batch.total_q; first += 65535) {
+    const int count = std::min(65535, batch.total_q - first);
+    const dim3 grid((x_threads + kRopeThreads - 1) / kRopeThreads, count);
+    VERDICT_CUDA_RETURN_IF_ERROR(model_internal::LaunchDependent(
+        RopeKvCacheWriteKernel, grid, kRopeThreads, 0, stream, reinterpret_cast<__nv_bfloat16*>(q),
+        q_token_stride, reinterpret_cast<__nv_bfloat16*>(k), k_token_stride,
+        reinterpret_cast<const __nv_bfloat16*>(v), v_token_stride, inv_freq, num_heads,
+        batch.q_start, batch.positions, batch.block_tables, batch.num_reqs, layout,
+        reinterpret_cast<__nv_bfloat16*>(k_cache), reinterpret_cast<__nv_bfloat16*>(v_cache),
+        first));
   }
   VERDICT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();

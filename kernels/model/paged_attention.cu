@@ -147,6 +147,9 @@ struct SmemLayout {
 // without spilling.
 template <int kHeadDim, int kKeyWarps>
 __global__ void __launch_bounds__(kThreads, 2) PagedAttentionKernel(const AttentionParams p) {
+  // Launched as a programmatic dependent (model_internal::LaunchDependent):
+  // q and the cache writes of the kernels before it are visible after this.
+  model_internal::WaitForPredecessor();
   using L = SmemLayout<kHeadDim>;
   constexpr int kRowsPerCta = 64 / kKeyWarps;
   constexpr int kKeysPerWarp = kTileKeys / kKeyWarps;
@@ -372,9 +375,9 @@ __global__ void __launch_bounds__(kThreads, 2) PagedAttentionKernel(const Attent
     __syncthreads();  // the stage is refilled kStages - 1 tiles later
   }
   CpAsyncWait<0>();
-  // The split merge (launched as a programmatic dependent) may start its
-  // launch now; it waits for this grid's completion before reading.
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  // The next kernel (the split merge, or the output projection) may start
+  // its launch now; it waits for this grid's completion before reading.
+  model_internal::AllowDependents();
   __syncthreads();
 
   // Each warp parks its rows' output, max and sum in the K/V area.
@@ -448,7 +451,8 @@ __global__ void __launch_bounds__(kThreads) MergeSplitsKernel(const AttentionPar
   constexpr int kChunks = kHeadDim / 8;
   // Launched as a programmatic dependent of the main kernel: wait until it
   // has finished and its partials are visible.
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  model_internal::WaitForPredecessor();
+  model_internal::AllowDependents();
   const int64_t unit_count = static_cast<int64_t>(p.total_q) * p.num_heads * kChunks;
   const int64_t u = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (u >= unit_count) return;
@@ -598,9 +602,9 @@ absl::Status LaunchMain(const AttentionParams& params, const LaunchPlan& plan, i
   const KernelInfo& info = GetKernelInfo<kHeadDim, kKeyWarps>();
   VERDICT_CUDA_RETURN_IF_ERROR(info.status);
   const dim3 grid(plan.row_groups * plan.num_splits, num_kv_heads, num_reqs);
-  PagedAttentionKernel<kHeadDim, kKeyWarps>
-      <<<grid, kThreads, SmemLayout<kHeadDim>::kBytes, stream>>>(params);
-  VERDICT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  VERDICT_CUDA_RETURN_IF_ERROR(
+      model_internal::LaunchDependent(PagedAttentionKernel<kHeadDim, kKeyWarps>, grid, kThreads,
+                                      SmemLayout<kHeadDim>::kBytes, stream, params));
   return absl::OkStatus();
 }
 
@@ -615,19 +619,10 @@ absl::Status LaunchForHeadDim(const AttentionParams& params, const LaunchPlan& p
   const absl::Status status = launch(params, plan, num_reqs, num_kv_heads, stream);
   if (!status.ok() || plan.num_splits == 1) return status;
   const int64_t merge_threads = static_cast<int64_t>(total_q) * params.num_heads * (kHeadDim / 8);
-  // Programmatic dependent launch: the merge's launch overlaps the main
-  // kernel's tail instead of waiting for it to drain.
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>((merge_threads + kThreads - 1) / kThreads));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  VERDICT_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, MergeSplitsKernel<kHeadDim>, params));
+  // The merge's launch overlaps the main kernel's tail.
+  const unsigned merge_blocks = static_cast<unsigned>((merge_threads + kThreads - 1) / kThreads);
+  VERDICT_CUDA_RETURN_IF_ERROR(model_internal::LaunchDependent(
+      MergeSplitsKernel<kHeadDim>, merge_blocks, kThreads, 0, stream, params));
   VERDICT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

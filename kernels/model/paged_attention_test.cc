@@ -4,12 +4,14 @@
 #include "kernels/model/paged_attention.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/model/internal/attention_test_case.h"
 #include "kernels/model/internal/test_util.h"
 #include "kernels/model/kv_cache_write.h"
+#include "kernels/model/rope.h"
 
 namespace verdict {
 namespace {
@@ -34,6 +36,42 @@ TEST(KvCacheWriteCpuTest, StoresEveryTokenAtItsSlot) {
         }
       }
     }
+  }
+}
+
+TEST(RopeKvCacheWriteCpuTest, EqualsRopeThenKvCacheWrite) {
+  // The fused twin is RopeCpu then KvCacheWriteCpu: the same floats in q, k,
+  // v and both caches (compared as bytes, since unowned slots hold NaN).
+  for (const auto& spec : test_util::StandardAttentionSpecs()) {
+    RopeFrequencyConfig freq;
+    freq.head_dim = spec.head_dim;
+    const std::vector<float> inv_freq = ComputeRopeInvFreq(freq);
+    AttentionCase fused = MakeAttentionCase(spec);
+    AttentionCase apart = MakeAttentionCase(spec);
+    const int64_t stride = fused.qkv_stride;
+    RopeKvCacheWriteCpu(fused.qkv.data(), stride, fused.qkv.data() + fused.k_offset(), stride,
+                        fused.qkv.data() + fused.v_offset(), stride, inv_freq.data(),
+                        fused.config.num_heads, fused.Batch(), fused.layout, fused.k_cache.data(),
+                        fused.v_cache.data());
+    const PagedBatch batch = apart.Batch();
+    RopeShape shape;
+    shape.tokens = batch.total_q;
+    shape.num_heads = apart.config.num_heads;
+    shape.num_kv_heads = apart.layout.num_kv_heads;
+    shape.head_dim = apart.layout.head_dim;
+    shape.q_token_stride = shape.k_token_stride = stride;
+    RopeCpu(apart.qkv.data(), apart.qkv.data() + apart.k_offset(), batch.positions, inv_freq.data(),
+            shape);
+    KvCacheWriteCpu(apart.qkv.data() + apart.k_offset(), stride,
+                    apart.qkv.data() + apart.v_offset(), stride, batch, apart.layout,
+                    apart.k_cache.data(), apart.v_cache.data());
+    auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    EXPECT_TRUE(same(fused.qkv, apart.qkv)) << spec.Name();
+    EXPECT_TRUE(same(fused.k_cache, apart.k_cache)) << spec.Name();
+    EXPECT_TRUE(same(fused.v_cache, apart.v_cache)) << spec.Name();
+    EXPECT_TRUE(fused.qkv != MakeAttentionCase(spec).qkv) << "rotated " << spec.Name();
   }
 }
 

@@ -28,6 +28,8 @@ __global__ void __launch_bounds__(kRowThreads)
     RmsNormKernel(const TIn* __restrict__ x, float* __restrict__ residual,
                   const __nv_bfloat16* __restrict__ weight, __nv_bfloat16* __restrict__ out,
                   int width, float eps) {
+  model_internal::WaitForPredecessor();  // LaunchDependent's contract
+  model_internal::AllowDependents();
   __shared__ float scratch[32];
   const int64_t row_offset = static_cast<int64_t>(blockIdx.x) * width;
   const TIn* x_row = x + row_offset;
@@ -91,6 +93,8 @@ constexpr int kMaxPerLane = 8;
 __global__ void __launch_bounds__(kHeadWarps * 32)
     HeadRmsNormKernel(__nv_bfloat16* __restrict__ x, int tokens, int heads, int head_dim,
                       int64_t token_stride, const __nv_bfloat16* __restrict__ weight, float eps) {
+  model_internal::WaitForPredecessor();  // LaunchDependent's contract
+  model_internal::AllowDependents();
   const int64_t unit = static_cast<int64_t>(blockIdx.x) * kHeadWarps + threadIdx.x / 32;
   if (unit >= static_cast<int64_t>(tokens) * heads) return;
   const int lane = threadIdx.x % 32;
@@ -135,10 +139,13 @@ absl::Status Launch(const TIn* x, float* residual, const uint16_t* weight, uint1
                    model_internal::IsAligned16(weight) && model_internal::IsAligned16(out) &&
                    (!kAdd || model_internal::IsAligned16(residual));
   if (vec) {
-    RmsNormKernel<TIn, kAdd, true><<<rows, kRowThreads, 0, stream>>>(x, residual, w, o, width, eps);
+    VERDICT_CUDA_RETURN_IF_ERROR(model_internal::LaunchDependent(RmsNormKernel<TIn, kAdd, true>,
+                                                                 rows, kRowThreads, 0, stream, x,
+                                                                 residual, w, o, width, eps));
   } else {
-    RmsNormKernel<TIn, kAdd, false>
-        <<<rows, kRowThreads, 0, stream>>>(x, residual, w, o, width, eps);
+    VERDICT_CUDA_RETURN_IF_ERROR(model_internal::LaunchDependent(RmsNormKernel<TIn, kAdd, false>,
+                                                                 rows, kRowThreads, 0, stream, x,
+                                                                 residual, w, o, width, eps));
   }
   VERDICT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
@@ -173,9 +180,9 @@ absl::Status InvokeHeadRmsNorm(uint16_t* x, int tokens, int heads, int head_dim,
   if (tokens == 0) return absl::OkStatus();
   const int64_t units = static_cast<int64_t>(tokens) * heads;
   const int blocks = static_cast<int>((units + kHeadWarps - 1) / kHeadWarps);
-  HeadRmsNormKernel<<<blocks, kHeadWarps * 32, 0, stream>>>(
-      reinterpret_cast<__nv_bfloat16*>(x), tokens, heads, head_dim, token_stride,
-      reinterpret_cast<const __nv_bfloat16*>(weight), eps);
+  VERDICT_CUDA_RETURN_IF_ERROR(model_internal::LaunchDependent(
+      HeadRmsNormKernel, blocks, kHeadWarps * 32, 0, stream, reinterpret_cast<__nv_bfloat16*>(x),
+      tokens, heads, head_dim, token_stride, reinterpret_cast<const __nv_bfloat16*>(weight), eps));
   VERDICT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda_check.h"
+#include "kernels/model/internal/device_utils.cuh"
+#include "kernels/model/internal/rope_pair.cuh"
 #include "kernels/model/rope.h"
 
 namespace verdict {
@@ -14,14 +16,15 @@ constexpr int kThreads = 256;
 
 // Grid (pair blocks, tokens): one thread per rotated pair (head, i) of a
 // token, so a small verify batch still spreads over many CTAs and every
-// thread issues its two loads at once. Each thread computes its own angle;
-// sincosf (not __sincosf) keeps full accuracy at large angles (long
-// contexts).
+// thread issues its two loads at once. Each thread computes its own angle
+// (RotateRopePair, shared with the fused RoPE + KV-cache write kernel).
 __global__ void __launch_bounds__(kThreads)
     RopeKernel(__nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ k,
                const int32_t* __restrict__ positions, const float* __restrict__ inv_freq,
                int num_heads, int num_kv_heads, int head_dim, int64_t q_token_stride,
                int64_t k_token_stride) {
+  model_internal::WaitForPredecessor();  // LaunchDependent's contract
+  model_internal::AllowDependents();
   const int half = head_dim / 2;
   const int pair = blockIdx.x * kThreads + threadIdx.x;
   if (pair >= (num_heads + num_kv_heads) * half) return;
@@ -32,12 +35,10 @@ __global__ void __launch_bounds__(kThreads)
       head < num_heads
           ? q + token * q_token_stride + static_cast<int64_t>(head) * head_dim
           : k + token * k_token_stride + static_cast<int64_t>(head - num_heads) * head_dim;
-  const float a = __bfloat162float(base[i]);
-  const float b = __bfloat162float(base[i + half]);
-  float s, c;
-  sincosf(static_cast<float>(positions[token]) * inv_freq[i], &s, &c);
-  base[i] = __float2bfloat16(a * c - b * s);
-  base[i + half] = __float2bfloat16(b * c + a * s);
+  const model_internal::RopePair r =
+      model_internal::RotateRopePair(base[i], base[i + half], positions[token], inv_freq[i]);
+  base[i] = r.lo;
+  base[i + half] = r.hi;
 }
 
 }  // namespace
@@ -55,11 +56,12 @@ absl::Status InvokeRope(uint16_t* q, uint16_t* k, const int32_t* positions, cons
   for (int first = 0; first < shape.tokens; first += 65535) {
     const int count = std::min(65535, shape.tokens - first);
     const dim3 grid((pairs + kThreads - 1) / kThreads, count);
-    RopeKernel<<<grid, kThreads, 0, stream>>>(
+    VERDICT_CUDA_RETURN_IF_ERROR(model_internal::LaunchDependent(
+        RopeKernel, grid, kThreads, 0, stream,
         reinterpret_cast<__nv_bfloat16*>(q) + first * shape.q_token_stride,
         reinterpret_cast<__nv_bfloat16*>(k) + first * shape.k_token_stride, positions + first,
         inv_freq, shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.q_token_stride,
-        shape.k_token_stride);
+        shape.k_token_stride));
   }
   VERDICT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();

@@ -16,16 +16,14 @@ using model_internal::StoreBf16x8;
 
 constexpr int kThreads = 256;
 
-// expf (not __expf): full float accuracy, so the result differs from the
-// CPU twin only by the final bf16 rounding.
-__device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
-
 // Grid-stride over groups of 8 outputs (kVec) or single outputs. A flat
 // index keeps every thread busy for any tokens x inter split.
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads)
     SiluAndMulKernel(const __nv_bfloat16* __restrict__ gate_up, __nv_bfloat16* __restrict__ out,
                      int tokens, int inter) {
+  model_internal::WaitForPredecessor();  // LaunchDependent's contract
+  model_internal::AllowDependents();
   constexpr int kWidth = kVec ? 8 : 1;
   const int groups_per_row = inter / kWidth;
   const int64_t total = static_cast<int64_t>(tokens) * groups_per_row;
@@ -41,10 +39,11 @@ __global__ void __launch_bounds__(kThreads)
       LoadBf16x8(gate, gv);
       LoadBf16x8(up, uv);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) o[j] = Silu(gv[j]) * uv[j];
+      for (int j = 0; j < 8; ++j) o[j] = model_internal::Silu(gv[j]) * uv[j];
       StoreBf16x8(dst, o);
     } else {
-      *dst = __float2bfloat16(Silu(__bfloat162float(*gate)) * __bfloat162float(*up));
+      *dst =
+          __float2bfloat16(model_internal::Silu(__bfloat162float(*gate)) * __bfloat162float(*up));
     }
   }
 }
@@ -67,9 +66,11 @@ absl::Status InvokeSiluAndMul(const uint16_t* gate_up, uint16_t* out, int tokens
   // covers the rest.
   const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 8192));
   if (vec) {
-    SiluAndMulKernel<true><<<blocks, kThreads, 0, stream>>>(in, o, tokens, inter);
+    VERDICT_CUDA_RETURN_IF_ERROR(model_internal::LaunchDependent(
+        SiluAndMulKernel<true>, blocks, kThreads, 0, stream, in, o, tokens, inter));
   } else {
-    SiluAndMulKernel<false><<<blocks, kThreads, 0, stream>>>(in, o, tokens, inter);
+    VERDICT_CUDA_RETURN_IF_ERROR(model_internal::LaunchDependent(
+        SiluAndMulKernel<false>, blocks, kThreads, 0, stream, in, o, tokens, inter));
   }
   VERDICT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();

@@ -11,6 +11,14 @@
 // order that depends on neither m nor the other rows, so a row's result is
 // the same in any batch; the order differs from cuBLASLt's, so the two agree
 // to float rounding, not bit for bit.
+//
+// InvokeSkinnyGateUpSilu fuses the Llama MLP's first half for the same few
+// rows: the gate_up projection (gate rows, then up rows, no bias) and
+// SiLU-and-mul (kernels/model/silu_and_mul.h) in one kernel, each warp
+// reading gate row i and up row i together. The [m, 2 * inter] gate_up
+// intermediate then never goes through memory and one launch replaces two,
+// and the result is the unfused pair's (InvokeSkinnyGemm, then
+// InvokeSiluAndMul) bit for bit. Its CPU twin is GemmCpu then SiluAndMulCpu.
 #ifndef VERDICT_KERNELS_MODEL_SKINNY_GEMM_H_
 #define VERDICT_KERNELS_MODEL_SKINNY_GEMM_H_
 
@@ -33,6 +41,18 @@ absl::Status InvokeSkinnyGemm(const uint16_t* a, const uint16_t* w, const uint16
                               uint16_t* c, int m, int n, int k, cudaStream_t stream);
 absl::Status InvokeSkinnyGemm(const uint16_t* a, const uint16_t* w, const uint16_t* bias, float* c,
                               int m, int n, int k, cudaStream_t stream);
+
+// Whether InvokeSkinnyGateUpSilu takes these operands: SkinnyGemmFits's
+// conditions, with w_gate_up as W.
+bool SkinnyGateUpSiluFits(int m, int k, const void* a, const void* w_gate_up);
+
+// act[m, inter] = silu(gate) * up, where [gate | up] = A[m, k] *
+// w_gate_up[2 * inter, k]^T. Device pointers; bf16 as raw bits. gate and up
+// are rounded to bf16 as InvokeSkinnyGemm's bf16 output is, and act once
+// more after the product, so act equals InvokeSkinnyGemm (n = 2 * inter, no
+// bias) followed by InvokeSiluAndMul bit for bit.
+absl::Status InvokeSkinnyGateUpSilu(const uint16_t* a, const uint16_t* w_gate_up, uint16_t* act,
+                                    int m, int inter, int k, cudaStream_t stream);
 
 }  // namespace verdict
 

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace verdict {
 namespace model_internal {
@@ -83,6 +84,52 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   __syncthreads();
   v = lane < kWarps ? scratch[lane] : 0.0f;
   return WarpSum(v);
+}
+
+// silu(g) = g * sigmoid(g), shared by silu_and_mul.cu and the fused
+// gate_up kernel of skinny_gemm.cu, whose outputs must agree bit for bit.
+// expf (not __expf): full float accuracy, so the result differs from the
+// CPU twin only by the final bf16 rounding.
+__device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
+
+// ---- Programmatic dependent launch (Hopper) ----
+//
+// A decode pass is a chain of small kernels, each a few microseconds long,
+// so the gap between one kernel's last CTA and the next kernel's first is a
+// large share of the pass. A kernel launched with LaunchDependent may be
+// scheduled while the kernel before it in the stream drains: its CTAs become
+// resident early and start the moment the predecessor's memory is visible.
+//
+// The contract every kernel launched with LaunchDependent keeps: it calls
+// WaitForPredecessor() before anything else (every CTA, unconditionally, so
+// that its completion implies the predecessor's), and may call
+// AllowDependents() once the rest of its work no longer needs the SM to
+// itself. A kernel that never calls AllowDependents lets the next one launch
+// as its CTAs exit. Launched the ordinary way, both calls are no-ops.
+__device__ __forceinline__ void WaitForPredecessor() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void AllowDependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// kernel<<<grid, block, smem_bytes, stream>>>(args...) with programmatic
+// stream serialization allowed (see above). Also inside CUDA graph capture,
+// where it becomes a programmatic edge.
+template <typename... Params, typename... Args>
+cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                            cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 inline bool IsAligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
