@@ -163,11 +163,11 @@ ServingMetrics::ServingMetrics(std::shared_ptr<prometheus::Registry> registry)
                                 "Measured verify time of a step: target forward and sampler",
                                 StepSecondsBuckets())),
       predicted_seconds_(Histogram(*registry_, "verdict_step_predicted_seconds",
-                                   "The cost table's prediction of a step's verify time",
+                                   "The cost table's prediction of a step's time (draft + verify)",
                                    StepSecondsBuckets())),
       prediction_error_(Histogram(
           *registry_, "verdict_step_prediction_relative_error",
-          "|predicted - measured| / measured verify seconds of a step with a cost table",
+          "|predicted - measured| / measured seconds (draft + verify) of a step with a cost table",
           RelativeErrorBuckets())),
       plan_steps_family_(CounterFamily(
           *registry_, "verdict_plan_steps_total",
@@ -319,9 +319,10 @@ void ServingMetrics::RecordStep(const StepRecord& step) {
   collective_seconds_.Observe(step.collective_seconds);
   if (std::isfinite(step.predicted_seconds)) {
     predicted_seconds_.Observe(step.predicted_seconds);
-    if (step.verify_seconds > 0) {
-      prediction_error_.Observe(std::abs(step.predicted_seconds - step.verify_seconds) /
-                                step.verify_seconds);
+    // The table prices the whole step (scheduler/cost_table.h).
+    const double measured = step.draft_seconds + step.verify_seconds;
+    if (measured > 0) {
+      prediction_error_.Observe(std::abs(step.predicted_seconds - measured) / measured);
     }
   }
 }

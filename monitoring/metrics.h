@@ -90,7 +90,7 @@ struct StepRecord {
   int64_t verify_tokens = 0;       // target rows the step ran
   double draft_seconds = 0;        // measured: the draft passes and their sampler
   double verify_seconds = 0;       // measured: target forward + sampler
-  double predicted_seconds = 0;    // the cost table's; NaN (not recorded) without one
+  double predicted_seconds = 0;    // the cost table's, draft + verify; NaN without one
   double collective_seconds = 0;   // this rank's time inside collectives during the step
   // One entry per speculative request of the step.
   absl::Span<const DraftOutcome> drafts;

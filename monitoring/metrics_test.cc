@@ -86,7 +86,7 @@ TEST(ServingMetricsTest, StepRecordsSpeculationAndPlannerFigures) {
   step.verify_tokens = 6;
   step.draft_seconds = 0.005;
   step.verify_seconds = 0.020;
-  step.predicted_seconds = 0.025;
+  step.predicted_seconds = 0.050;
   step.collective_seconds = 0.003;
   step.drafts = drafts;
   metrics.RecordStep(step);
@@ -112,10 +112,12 @@ TEST(ServingMetricsTest, StepRecordsSpeculationAndPlannerFigures) {
   EXPECT_THAT(text, HasSubstr("verdict_step_verify_tokens_sum 6"));
   EXPECT_THAT(text, HasSubstr("verdict_step_verify_seconds_sum 0.02"));
   EXPECT_THAT(text, HasSubstr("verdict_step_draft_seconds_sum 0.005"));
-  EXPECT_THAT(text, HasSubstr("verdict_step_predicted_seconds_sum 0.025"));
-  // |0.025 - 0.020| / 0.020 = 0.25.
-  EXPECT_THAT(text, HasSubstr("verdict_step_prediction_relative_error_sum 0.25"));
-  EXPECT_THAT(text, HasSubstr("verdict_step_prediction_relative_error_bucket{le=\"0.1\"} 0"));
+  EXPECT_THAT(text, HasSubstr("verdict_step_predicted_seconds_sum 0.05\n"));
+  // The table prices the whole step: |0.050 - (0.005 + 0.020)| / 0.025 = 1
+  // (against the verify alone it would be 1.5).
+  EXPECT_THAT(text, HasSubstr("verdict_step_prediction_relative_error_sum 1\n"));
+  EXPECT_THAT(text, HasSubstr("verdict_step_prediction_relative_error_bucket{le=\"0.5\"} 0"));
+  EXPECT_THAT(text, HasSubstr("verdict_step_prediction_relative_error_bucket{le=\"1\"} 1"));
   EXPECT_THAT(text, HasSubstr("verdict_step_collective_seconds_sum 0.003"));
 }
 

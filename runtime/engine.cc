@@ -282,7 +282,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
 
   StepExecutor::Options executor;
   executor.gamma = options.num_draft_tokens;
-  executor.packed = options.verify_mode == VerifyMode::kCompact;
   executor.vocab_size = tc.vocab_size;
   executor.sampler.penalty = options.draft_prob_penalty;
   executor.sampler.simulated_acceptance = static_cast<float>(options.simulate_acceptance);
@@ -717,19 +716,26 @@ absl::Status Engine::PlanStep(const std::vector<Request*>& batch,
   if (options_.plan_check_interval > 0 && stats_.steps % options_.plan_check_interval == 0) {
     if (absl::Status s = CheckPlanAcrossRanks(plan_); !s.ok()) return s;
   }
+  // Rank 0's lengths and layout go out on the host communicator even on the
+  // CUDA backend: under overlap this thread plans step N+1 while the
+  // executor's stream runs step N's NCCL collectives, and one NCCL
+  // communicator used from two threads could order its collectives
+  // differently on each rank. The layout travels with the lengths so that
+  // every rank runs the same rows whatever its own plan said.
   std::vector<int32_t> verify_lens = plan_.verify_lens;
-  // Rank 0's lengths go out on the host communicator even on the CUDA
-  // backend: under overlap this thread plans step N+1 while the executor's
-  // stream runs step N's NCCL collectives, and one NCCL communicator used
-  // from two threads could order its collectives differently on each rank.
+  verify_lens.push_back(plan_.packed ? 1 : 0);
   if (comm_->world_size() > 1) {
-    if (absl::Status s = comm_->Broadcast(verify_lens.data(), b, DataType::kInt32, 0); !s.ok()) {
+    if (absl::Status s = comm_->Broadcast(verify_lens.data(), b + 1, DataType::kInt32, 0);
+        !s.ok()) {
       return s;
     }
   }
+  const bool packed = verify_lens.back() != 0;
+  verify_lens.pop_back();
   step->batch.clear();
   for (Request* r : batch) step->batch.push_back(r->order);
   step->reason = plan_.reason;
+  step->packed = packed;
   step->budget = plan_.budget;
   step->predicted_seconds = plan_.predicted_step_seconds;
   step->pinned_budget_fraction = planner_->options().pinned_budget_fraction;
@@ -771,6 +777,7 @@ absl::Status Engine::Step() {
   PlannedStep step;
   if (absl::Status s = PlanStep(batch, confidences, &step); !s.ok()) return s;
   job.verify_lens = step.verify_lens;
+  job.packed = step.packed;
 
   // 3. The target verifies the planned rows; the fused sampler accepts.
   if (absl::Status s = executor_->Verify(job, &outcome); !s.ok()) return s;
@@ -812,6 +819,7 @@ absl::Status Engine::StepOverlapped() {
     job.admitted = std::move(pending_admitted_);
     pending_admitted_.clear();
     job.verify_lens = step.verify_lens;
+    job.packed = step.packed;
     step.collective_nanoseconds = collective_timer_->nanoseconds() - collective_start;
     executor_->Enqueue(std::move(job));
     steps_in_flight_.push_back(std::move(step));
@@ -901,7 +909,8 @@ absl::Status Engine::CommitStep(const PlannedStep& step, const StepOutcome& outc
   }
   if (step_observer_) {
     step_observer_(StepTiming{outcome.step, b, outcome.verify_tokens, step.budget, step.reason,
-                              step.pinned_budget_fraction, outcome.verify_nanoseconds * 1e-9});
+                              step.pinned_budget_fraction, outcome.draft_nanoseconds * 1e-9,
+                              outcome.verify_nanoseconds * 1e-9});
   }
   if (!observations.empty()) {
     if (absl::Status s = estimator_->Observe(observations); !s.ok()) return s;

@@ -173,6 +173,7 @@ struct StepTiming {
   int64_t budget = 0;         // drafts the plan verifies
   PlanReason plan_reason = PlanReason::kEmptyBatch;
   std::optional<double> pinned_budget_fraction;  // the planner's pin for the step
+  double draft_seconds = 0;   // the draft passes and their sampler, this rank's clock
   double verify_seconds = 0;  // target forward and sampler, this rank's clock
 };
 
@@ -275,6 +276,7 @@ class Engine : public GenerationService {
     std::vector<int64_t> batch;        // request orders, batch order
     std::vector<int32_t> verify_lens;  // rank 0's plan
     PlanReason reason = PlanReason::kEmptyBatch;
+    bool packed = false;  // VerifyPlan::packed, the same on every rank
     int64_t budget = 0;
     double predicted_seconds = 0;
     std::optional<double> pinned_budget_fraction;

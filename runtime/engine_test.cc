@@ -449,17 +449,21 @@ TEST(EngineSimulatedAcceptanceTest, CompactPlansOnceTheEstimatorIsReady) {
   ASSERT_TRUE(engine.ok()) << engine.status();
   std::mutex mu;
   std::map<PlanReason, int> reasons;
+  std::vector<StepTiming> steps;
   (*engine)->set_step_observer([&](const StepTiming& t) {
     std::lock_guard<std::mutex> lock(mu);
     ++reasons[t.plan_reason];
+    steps.push_back(t);
   });
   EngineHarness harness(engine->get());
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < 16; ++i) {
     // Long enough for every position's first fit (refits come every 32
-    // steps, staggered by position) and some planned steps after it.
+    // steps, staggered by position) and some planned steps after it; the
+    // first request is short, so early steps cap its verify length.
+    const int max_tokens = i == 0 ? 3 : 192;
     requests.push_back(
-        TextRequest(**engine, "c" + std::to_string(i), kPrompts[i % 8], 192, 0.0f, 500 + i));
+        TextRequest(**engine, "c" + std::to_string(i), kPrompts[i % 8], max_tokens, 0.0f, 500 + i));
     requests.back().params.ignore_eos = true;
   }
   for (const CollectedOutput& out : harness.GenerateAll(requests)) {
@@ -471,6 +475,19 @@ TEST(EngineSimulatedAcceptanceTest, CompactPlansOnceTheEstimatorIsReady) {
   EXPECT_GT(reasons[PlanReason::kConfidencePrior], 0);  // before the first fits
   EXPECT_GT(reasons[PlanReason::kPlanned], 0) << "the estimator never got ready";
   EXPECT_LT(stats.verified, stats.drafted);
+  // Steps on the prior verify everything in the uniform layout, static
+  // mode's rows (the full block of every request, its cap applied by the
+  // sampler's cutoff); trimmed planned steps run only their planned rows.
+  int packed_steps = 0;
+  for (const StepTiming& t : steps) {
+    if (t.plan_reason == PlanReason::kConfidencePrior) {
+      EXPECT_EQ(t.verify_tokens, 6 * t.batch_size) << "step " << t.step;
+    } else if (t.plan_reason == PlanReason::kPlanned && t.budget < 5 * t.batch_size) {
+      EXPECT_LE(t.verify_tokens, t.batch_size + t.budget) << "step " << t.step;
+      ++packed_steps;
+    }
+  }
+  EXPECT_GT(packed_steps, 0);
 }
 
 TEST(EngineSimulatedAcceptanceTest, RefusedWithRealWeightsOrOutsideZeroOne) {

@@ -1,8 +1,9 @@
 // `verdict profile`: measures the cost table (scheduler/cost_table.h) on the
 // running engine. For each batch size B of a grid and each budget fraction f
 // it pins the planner's verify budget to round(f * B * gamma) drafts on every
-// rank, runs B requests, discards warm-up steps and takes the median verify
-// seconds of the next steps at M = B + round(f * B * gamma) verify tokens
+// rank, runs B requests, discards warm-up steps and takes the median step
+// seconds (the draft passes plus the verify) of the next steps at
+// M = B + round(f * B * gamma) verify tokens
 // (seeds/002_d567d7ab3f14fa00.txt, "Cost table": a pinned profiler budget,
 // scheduled without a table). The engine runs compact mode, the one whose
 // step runs exactly the planned rows. Under mpirun every rank runs the
@@ -37,7 +38,7 @@ struct ProfileCell {
   int batch_size = 0;
   double budget_fraction = 0;   // the pin; several may give the same M
   int64_t verify_tokens = 0;    // M = B + round(f * B * gamma)
-  std::vector<double> seconds;  // the measured steps' verify seconds
+  std::vector<double> seconds;  // the measured steps' draft + verify seconds
   double median_seconds = 0;
 };
 

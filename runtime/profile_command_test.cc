@@ -3,6 +3,7 @@
 // refusals.
 #include "runtime/profile_command.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -77,6 +78,20 @@ TEST(ProfileTest, MeasuresTheGridItIsAskedForWithThePinsInPlace) {
     ++pinned_steps;
   }
   EXPECT_GE(pinned_steps, 4 * (1 + 2));
+
+  // A cell's time is the whole step's: each measured value is the draft
+  // passes plus the verify of a pinned step at the cell's batch and rows.
+  for (const ProfileCell& cell : result->cells) {
+    for (const double seconds : cell.seconds) {
+      const bool found =
+          std::any_of(result->steps.begin(), result->steps.end(), [&](const StepTiming& t) {
+            return t.plan_reason == PlanReason::kPinnedBudget && t.batch_size == cell.batch_size &&
+                   t.verify_tokens == cell.verify_tokens && t.draft_seconds > 0.0 &&
+                   seconds == t.draft_seconds + t.verify_seconds;
+          });
+      EXPECT_TRUE(found) << "B=" << cell.batch_size << " M=" << cell.verify_tokens;
+    }
+  }
 
   // The file loads as a cost table with that grid and the medians on it.
   absl::StatusOr<CostTable> table = CostTable::Load(options.output_path);

@@ -250,7 +250,7 @@ absl::Status StepExecutor::Verify(const StepJob& job, StepOutcome* outcome) {
     const int32_t verify_len = drafted ? std::clamp<int32_t>(job.verify_lens[i], 1, cap) : 1;
     outcome->verify_lens[i] = verify_len;
     const int64_t last = static_cast<int64_t>(r.tokens.size()) - 1;
-    const int rows = !drafted ? 1 : (options_.packed ? verify_len : g + 1);
+    const int rows = !drafted ? 1 : (job.packed ? verify_len : g + 1);
     ftp[i] = total_q;
     seqlen[i] = rows;
     total_q += rows;

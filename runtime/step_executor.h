@@ -81,6 +81,11 @@ struct StepJob {
   // False: no request drafts this step (EngineOptions::speculation_max_batch);
   // each verifies one row.
   bool draft = true;
+  // The plan's layout (VerifyPlan::packed): true, each request runs only its
+  // verify_lens rows (compact mode, trimmed or pinned budget); false, every
+  // drafting request runs the full block and the sampler's cutoff stops
+  // acceptance at its verify length.
+  bool packed = false;
 };
 
 // One step's results, per request in batch order.
@@ -111,7 +116,6 @@ class StepExecutor {
  public:
   struct Options {
     int gamma = 5;
-    bool packed = false;  // compact mode: only the planned rows run
     int vocab_size = 0;
     SamplerConfig sampler;
     // The CUDA backend's samplers: the models write their logits to the

@@ -1,8 +1,11 @@
-// The measured cost of one verify step: seconds as a function of the batch
-// size B (requests in the step) and the verify tokens M (target rows the
-// step runs). The planner prices each candidate budget k at cost(B, B + k)
-// (seeds/002_d567d7ab3f14fa00.txt: "plans a per-step verify budget from a
-// measured cost table").
+// The measured cost of one speculative decode step: seconds as a function of
+// the batch size B (requests in the step) and the verify tokens M (target
+// rows the step runs). The planner prices each candidate budget k at
+// cost(B, B + k) (seeds/002_d567d7ab3f14fa00.txt: "plans a per-step verify
+// budget from a measured cost table"). The cost is the whole step's, the
+// draft passes included: they do not depend on M, but a budget's committed
+// tokens pay for them too, so a table of the verify alone overprices the
+// savings of trimming wherever drafting is a large share of the step.
 //
 // JSON form (what `Save` writes and `Load` reads):
 //   {"batch_sizes":   [1, 8, 64],          strictly increasing, positive
@@ -18,7 +21,8 @@
 // `verdict profile` (runtime/profile_command.h) measures the table on the
 // running engine: for each batch size B it pins the verify budget to
 // fractions of the block, so that the compact step runs M = B + round(f * B *
-// gamma) rows, and writes the median verify seconds per (B, M), each batch
+// gamma) rows, and writes the median step seconds (draft passes plus verify)
+// per (B, M), each batch
 // size's curve carried over the union of the measured M.
 #ifndef VERDICT_SCHEDULER_COST_TABLE_H_
 #define VERDICT_SCHEDULER_COST_TABLE_H_

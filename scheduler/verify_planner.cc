@@ -472,7 +472,12 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
   for (int64_t t = 0; t < k_star; ++t) ++plan->verify_lens[sorted_[t].slot & kRequestMask];
   plan->reason = pinned ? PlanReason::kPinnedBudget : PlanReason::kPlanned;
   plan->budget = k_star;
-  plan->packed = options_.mode == VerifyMode::kCompact;
+  // A planned budget of every draft of every request is the full block: it
+  // runs in the uniform layout, static mode's rows and CUDA graphs
+  // (seeds/002_d567d7ab3f14fa00.txt, "full-block plans take the cached
+  // uniform layout, without packing"). A pin keeps the packed layout: the
+  // profiler measures exactly its rows.
+  plan->packed = options_.mode == VerifyMode::kCompact && (pinned || k_star < batch * gamma);
   plan->verify_tokens = plan->packed ? batch + k_star : batch * (gamma + 1);
   plan->predicted_step_seconds =
       cost_table_.has_value() ? cost_table_->Predict(static_cast<double>(batch),

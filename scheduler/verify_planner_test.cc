@@ -200,6 +200,37 @@ TEST(VerifyPlannerTest, SmallBatchShortcutOnlyWhenTheShortestPlanCostsTheFullBlo
   EXPECT_LT(plan.verify_tokens, 32);
 }
 
+// A planned budget of every draft of every request is the full block:
+// compact runs it in the uniform layout (static's rows and graphs). A plan
+// with fewer rows than that, trimmed or capped by a length limit, packs.
+TEST(VerifyPlannerTest, CompactRunsAFullPlannedBudgetInTheUniformLayout) {
+  // Rows are cheap next to the step: every sure draft pays for itself.
+  const CostTable table = TokensOnlyTable({1, 64}, {0.010, 0.0101});
+  VerifyPlanner compact = MakePlanner(VerifyMode::kCompact, 5, table);
+  std::vector<double> confidences(3 * 5, 0.99);
+  const VerifyPlan full = PlanOrDie(compact, confidences, {6, 6, 6});
+  ASSERT_EQ(full.reason, PlanReason::kPlanned);
+  EXPECT_THAT(full.verify_lens, ElementsAre(6, 6, 6));
+  EXPECT_EQ(full.budget, 15);
+  EXPECT_FALSE(full.packed);
+  EXPECT_EQ(full.verify_tokens, 3 * 6);
+
+  // Request 1 has two tokens left: its plan stops at its cap, fewer rows.
+  const VerifyPlan capped = PlanOrDie(compact, confidences, {6, 3, 6});
+  ASSERT_EQ(capped.reason, PlanReason::kPlanned);
+  EXPECT_THAT(capped.verify_lens, ElementsAre(6, 3, 6));
+  EXPECT_TRUE(capped.packed);
+  EXPECT_EQ(capped.verify_tokens, 3 + 12);
+
+  // The last draft of request 2 below min_survival: trimmed, packed.
+  confidences[2 * 5 + 4] = 1e-9;
+  const VerifyPlan trimmed = PlanOrDie(compact, confidences, {6, 6, 6});
+  ASSERT_EQ(trimmed.reason, PlanReason::kPlanned);
+  EXPECT_THAT(trimmed.verify_lens, ElementsAre(6, 6, 5));
+  EXPECT_TRUE(trimmed.packed);
+  EXPECT_EQ(trimmed.verify_tokens, 3 + 14);
+}
+
 TEST(VerifyPlannerTest, ModesShareLengthsButNotLayout) {
   const CostTable table =
       *CostTable::Create({1, 64}, {1, 64, 512}, {0.010, 0.014, 0.060, 0.020, 0.024, 0.090});
