@@ -26,7 +26,8 @@ ABSL_FLAG(int, draft_tp, 0,
           "target, 1 runs a whole draft on every rank (no collectives in the draft passes)");
 ABSL_FLAG(std::string, verify_mode, "static",
           "static (verify every draft), cap-accept (verify every draft, accept at most the "
-          "planned length) or compact (verify only the planned rows)");
+          "planned length) or compact (verify only the planned rows; a plan of every draft runs "
+          "as static)");
 ABSL_FLAG(std::string, speculation, "on", "on: speculative decoding; off: autoregressive");
 ABSL_FLAG(std::string, overlap, "off",
           "on: overlap scheduling, the CPU plans step N+1 (from confidences one or two steps "

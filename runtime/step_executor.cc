@@ -227,8 +227,9 @@ absl::Status StepExecutor::Verify(const StepJob& job, StepOutcome* outcome) {
   const int b = static_cast<int>(batch_.size());
   const int g = options_.gamma;
   const int vocab = options_.vocab_size;
-  // The target verifies: static and cap-accept run the full block, compact
-  // only the planned rows.
+  // The target verifies: the full block of every drafting request, or in a
+  // packed step (StepJob::packed: compact mode, below the full block) only
+  // the planned rows.
   std::vector<int32_t> ftp(b), seqlen(b), sampler_cutoff(b), top_ks(b), stop_offsets(b + 1, 0);
   std::vector<int64_t> positions(b);
   std::vector<float> temperatures(b), top_ps(b);

@@ -131,6 +131,28 @@ TEST_F(StepExecutorTest, PlanIsCappedByTheTokensLeftOnTheDevice) {
   EXPECT_THAT(out.verify_lens, ElementsAre(1));
 }
 
+// The plan's layout: a packed job runs each request's planned rows, a
+// uniform one the full block of every drafting request, its verify length
+// applied by the sampler's cutoff. Both commit the same tokens.
+TEST_F(StepExecutorTest, PackedJobsRunThePlannedRowsUniformOnesTheFullBlock) {
+  for (const bool packed : {true, false}) {
+    StepExecutor executor(Options(), &target_, &draft_, nullptr);
+    ASSERT_TRUE(executor.Admit({Greedy(1, {1}, 20), Greedy(2, {5}, 20)}).ok());
+    StepOutcome out;
+    StepJob job = Job(1, {1, 2}, {2, kGamma + 1});
+    job.packed = packed;
+    ASSERT_TRUE(executor.ProposeDrafts(job, &out).ok());
+    ASSERT_TRUE(executor.Verify(job, &out).ok());
+    EXPECT_THAT(out.verify_lens, ElementsAre(2, kGamma + 1)) << "packed " << packed;
+    EXPECT_EQ(out.verify_tokens, packed ? 2 + kGamma + 1 : 2 * (kGamma + 1)) << "packed " << packed;
+    // Request 1 accepts its one verified draft and takes the next row's
+    // token; request 2 accepts all three drafts and the bonus.
+    EXPECT_THAT(out.accepted, ElementsAre(1, kGamma)) << "packed " << packed;
+    EXPECT_THAT(Tokens(out, 0), ElementsAre(2, 3)) << "packed " << packed;
+    EXPECT_THAT(Tokens(out, 1), ElementsAre(6, 7, 0, 1)) << "packed " << packed;
+  }
+}
+
 // The worker runs jobs first in first out: admissions with the job that
 // needs them, releases before it; after an error the later jobs end with it
 // unrun.

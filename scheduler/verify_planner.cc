@@ -359,10 +359,9 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
     plan->budget = 0;
     plan->verify_tokens = batch;  // one row per request, in every layout
     plan->packed = false;
-    plan->predicted_step_seconds =
-        cost_table_.has_value()
-            ? cost_table_->Predict(static_cast<double>(batch), static_cast<double>(batch))
-            : std::numeric_limits<double>::quiet_NaN();
+    // The table prices steps with their draft passes; this one runs none, so
+    // the table says nothing about it.
+    plan->predicted_step_seconds = std::numeric_limits<double>::quiet_NaN();
     plan->predicted_committed_tokens = static_cast<double>(batch);
     return absl::OkStatus();
   }

@@ -40,7 +40,8 @@ enum class VerifyMode {
   // acceptance only, which checks a table and the confidences without packed
   // verify kernels.
   kCapAccept,
-  // Verify only the planned rows, packed (ragged verify).
+  // Verify only the planned rows, packed (ragged verify); a plan of the
+  // full block runs in static's uniform layout.
   kCompact,
 };
 
@@ -117,9 +118,11 @@ struct VerifyPlan {
   // block B * (gamma + 1).
   int64_t verify_tokens = 0;
   // True when the step verifies the packed planned rows (compact mode, with a
-  // planned or pinned budget); false for the uniform full-block layout.
+  // pinned budget or a planned one below the full block B * gamma); false
+  // for the uniform full-block layout.
   bool packed = false;
-  // cost(B, verify_tokens) from the table; NaN without a table.
+  // cost(B, verify_tokens) from the table; NaN without a table and for a
+  // step without drafts (the table prices steps with their draft passes).
   double predicted_step_seconds = 0;
   // Expected committed tokens: B + the survivals of every verified draft (one
   // bonus or correction token per request, plus each draft's chance to be
