@@ -22,23 +22,7 @@ using test_util::AttentionCase;
 using test_util::AttentionCaseSpec;
 using test_util::DeviceBuffer;
 
-// Device copies of a case's batch arrays.
-struct DeviceBatch {
-  DeviceBuffer<int32_t> q_start, kv_len, positions, block_tables;
-  explicit DeviceBatch(const AttentionCase& c)
-      : q_start(c.q_start),
-        kv_len(c.kv_len),
-        positions(c.positions),
-        block_tables(c.block_tables) {}
-  PagedBatch Get(const AttentionCase& c) const {
-    PagedBatch b = c.Batch();
-    b.q_start = q_start.get();
-    b.kv_len = kv_len.get();
-    b.positions = positions.get();
-    b.block_tables = block_tables.get();
-    return b;
-  }
-};
+using DeviceBatch = test_util::DevicePagedBatch<test_util::HostPagedBatch>;
 
 // bf16 outputs of a softmax-weighted mean of O(1) values, with P rounded to
 // bf16 inside the kernel: 1e-2 relative plus a small absolute floor for

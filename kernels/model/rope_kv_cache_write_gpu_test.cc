@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "kernels/bf16.h"
+#include "kernels/model/internal/attention_test_case.h"
 #include "kernels/model/internal/device_buffer.h"
 #include "kernels/model/internal/test_util.h"
 #include "kernels/model/kv_cache_write.h"
@@ -56,31 +57,14 @@ struct FusedSpec {
 
 // A host problem: one bf16-exact float buffer holding q, k and v (at their
 // offsets and strides), random caches, and the paged batch.
-struct FusedProblem {
+struct FusedProblem : test_util::HostPagedBatch {
   FusedSpec spec;
   KvCacheLayout layout;
   std::vector<float> inv_freq;
-  int total_q = 0;
-  int max_q = 0;
-  int max_kv = 0;
-  std::vector<int32_t> q_start, kv_len, positions, block_tables;
   int64_t q_offset = 0, k_offset = 0, v_offset = 0;
   int64_t q_stride = 0, k_stride = 0, v_stride = 0;
   std::vector<float> qkv;
   std::vector<float> k_cache, v_cache;
-
-  PagedBatch Batch() const {  // host pointers
-    PagedBatch b;
-    b.num_reqs = static_cast<int>(kv_len.size());
-    b.total_q = total_q;
-    b.q_start = q_start.data();
-    b.kv_len = kv_len.data();
-    b.positions = positions.data();
-    b.block_tables = block_tables.data();
-    b.max_query_len = max_q;
-    b.max_kv_len = max_kv;
-    return b;
-  }
 };
 
 FusedProblem MakeProblem(const FusedSpec& spec) {
@@ -171,23 +155,7 @@ FusedProblem MakeProblem(const FusedSpec& spec) {
   return p;
 }
 
-// Device copies of a problem's batch arrays.
-struct DeviceBatch {
-  DeviceBuffer<int32_t> q_start, kv_len, positions, block_tables;
-  explicit DeviceBatch(const FusedProblem& p)
-      : q_start(p.q_start),
-        kv_len(p.kv_len),
-        positions(p.positions),
-        block_tables(p.block_tables) {}
-  PagedBatch Get(const FusedProblem& p) const {
-    PagedBatch b = p.Batch();
-    b.q_start = q_start.get();
-    b.kv_len = kv_len.get();
-    b.positions = positions.get();
-    b.block_tables = block_tables.get();
-    return b;
-  }
-};
+using DeviceBatch = test_util::DevicePagedBatch<test_util::HostPagedBatch>;
 
 // Bit equality with the first few differing indices on failure.
 void ExpectSameBits(const std::vector<uint16_t>& expected, const std::vector<uint16_t>& actual,

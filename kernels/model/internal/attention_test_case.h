@@ -45,24 +45,14 @@ struct AttentionCaseSpec {
   }
 };
 
-struct AttentionCase {
-  AttentionCaseSpec spec;
-  KvCacheLayout layout;
-  AttentionConfig config;
+// A paged batch's arrays on the host (paged_kv.h) and the PagedBatch that
+// points at them.
+struct HostPagedBatch {
   int total_q = 0;
   int max_q = 0;
   int max_kv = 0;
   std::vector<int32_t> q_start, kv_len, positions, block_tables;
-  int64_t qkv_stride = 0;      // (heads + 2 * kv_heads) * head_dim
-  std::vector<float> qkv;      // [total_q, qkv_stride], bf16-exact
-  std::vector<float> k_cache;  // earlier context only; NaN elsewhere
-  std::vector<float> v_cache;
-  // Dense keys/values of every request, [kv_len, kv_heads, head_dim]: the
-  // earlier context followed by this step's tokens.
-  std::vector<std::vector<float>> dense_k, dense_v;
 
-  int64_t k_offset() const { return static_cast<int64_t>(config.num_heads) * layout.head_dim; }
-  int64_t v_offset() const { return k_offset() + layout.slot_stride(); }
   PagedBatch Batch() const {  // host pointers
     PagedBatch b;
     b.num_reqs = static_cast<int>(kv_len.size());
@@ -75,6 +65,22 @@ struct AttentionCase {
     b.max_kv_len = max_kv;
     return b;
   }
+};
+
+struct AttentionCase : HostPagedBatch {
+  AttentionCaseSpec spec;
+  KvCacheLayout layout;
+  AttentionConfig config;
+  int64_t qkv_stride = 0;      // (heads + 2 * kv_heads) * head_dim
+  std::vector<float> qkv;      // [total_q, qkv_stride], bf16-exact
+  std::vector<float> k_cache;  // earlier context only; NaN elsewhere
+  std::vector<float> v_cache;
+  // Dense keys/values of every request, [kv_len, kv_heads, head_dim]: the
+  // earlier context followed by this step's tokens.
+  std::vector<std::vector<float>> dense_k, dense_v;
+
+  int64_t k_offset() const { return static_cast<int64_t>(config.num_heads) * layout.head_dim; }
+  int64_t v_offset() const { return k_offset() + layout.slot_stride(); }
 };
 
 inline AttentionCase MakeAttentionCase(const AttentionCaseSpec& spec) {

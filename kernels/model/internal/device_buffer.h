@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "kernels/model/paged_kv.h"
+
 namespace verdict {
 namespace test_util {
 
@@ -73,6 +75,26 @@ class DeviceBuffer {
  private:
   T* ptr_ = nullptr;
   size_t count_ = 0;
+};
+
+// Device copies of a host paged batch's arrays (test_util::HostPagedBatch,
+// attention_test_case.h) and the PagedBatch that points at them.
+template <typename HostBatch>
+struct DevicePagedBatch {
+  DeviceBuffer<int32_t> q_start, kv_len, positions, block_tables;
+  explicit DevicePagedBatch(const HostBatch& h)
+      : q_start(h.q_start),
+        kv_len(h.kv_len),
+        positions(h.positions),
+        block_tables(h.block_tables) {}
+  PagedBatch Get(const HostBatch& h) const {
+    PagedBatch b = h.Batch();
+    b.q_start = q_start.get();
+    b.kv_len = kv_len.get();
+    b.positions = positions.get();
+    b.block_tables = block_tables.get();
+    return b;
+  }
 };
 
 }  // namespace test_util
