@@ -194,6 +194,11 @@ ServingMetrics::ServingMetrics(std::shared_ptr<prometheus::Registry> registry)
           "fitted model; NaN before the first")),
       brier_samples_family_(CounterFamily(*registry_, "verdict_estimator_brier_samples_total",
                                           "Verified drafts in the position's Brier score")),
+      graph_replays_family_(
+          CounterFamily(*registry_, "verdict_graph_replays_total",
+                        "Forward passes replayed from CUDA graphs, by model (target, draft)")),
+      target_graph_replays_(graph_replays_family_.Add({{"model", "target"}})),
+      draft_graph_replays_(graph_replays_family_.Add({{"model", "draft"}})),
       plan_checks_(Counter(*registry_, "verdict_plan_checks_total",
                            "Cross-rank comparisons of plan and estimator hashes")),
       plan_mismatches_(Counter(*registry_, "verdict_plan_mismatches_total",
@@ -354,6 +359,11 @@ void ServingMetrics::RecordEstimator(bool ready,
     AdvanceTo(*p.observations, static_cast<double>(s.observations));
     AdvanceTo(*p.refits, static_cast<double>(s.refits));
   }
+}
+
+void ServingMetrics::RecordGraphReplays(int64_t target, int64_t draft) {
+  AdvanceTo(target_graph_replays_, static_cast<double>(target));
+  AdvanceTo(draft_graph_replays_, static_cast<double>(draft));
 }
 
 void ServingMetrics::RecordPlanCheck(bool mismatch) {

@@ -25,7 +25,8 @@
 //                 verdict_estimator_ready, verdict_estimator_{fitted,slope,intercept}{position},
 //                 verdict_estimator_{observations,refits}_total{position},
 //                 verdict_estimator_brier_score{position},
-//                 verdict_estimator_brier_samples_total{position}
+//                 verdict_estimator_brier_samples_total{position},
+//                 verdict_graph_replays_total{model}
 //   TP            verdict_plan_checks_total, verdict_plan_mismatches_total,
 //                 verdict_step_collective_seconds, verdict_tp_world_size,
 //                 verdict_tp_ranks_up, verdict_rank_decode_steps_total{rank},
@@ -144,6 +145,11 @@ class ServingMetrics {
   // mean, the Brier score.
   void RecordCalibration(int position, double confidence, bool accepted);
   void RecordEstimator(bool ready, absl::Span<const EstimatorPositionState> positions);
+  // Cumulative forward passes each model replayed from a CUDA graph; the
+  // counters follow them. Next to verdict_decode_steps_total they say how
+  // many of a step's passes replay (one verify and gamma - 1 draft passes
+  // can; a new pass shape runs eagerly until its graph exists).
+  void RecordGraphReplays(int64_t target, int64_t draft);
 
   // ---- tensor parallelism
   void RecordPlanCheck(bool mismatch);
@@ -194,6 +200,9 @@ class ServingMetrics {
   prometheus::Family<prometheus::Counter>& estimator_refits_family_;
   prometheus::Family<prometheus::Gauge>& brier_family_;
   prometheus::Family<prometheus::Counter>& brier_samples_family_;
+  prometheus::Family<prometheus::Counter>& graph_replays_family_;
+  prometheus::Counter& target_graph_replays_;
+  prometheus::Counter& draft_graph_replays_;
   // TP
   prometheus::Counter& plan_checks_;
   prometheus::Counter& plan_mismatches_;

@@ -70,6 +70,20 @@ TEST(ServingMetricsTest, ConfigureCreatesEverySeriesAtZero) {
   EXPECT_THAT(text, HasSubstr("verdict_estimator_brier_score{position=\"0\"} Nan"));
   EXPECT_THAT(text, HasSubstr("verdict_rank_collective_seconds_total{rank=\"1\"} 0"));
   EXPECT_THAT(text, Not(HasSubstr("rank=\"2\"")));
+  EXPECT_THAT(text, HasSubstr("verdict_graph_replays_total{model=\"target\"} 0"));
+  EXPECT_THAT(text, HasSubstr("verdict_graph_replays_total{model=\"draft\"} 0"));
+}
+
+TEST(ServingMetricsTest, GraphReplaysFollowTheModelsTotals) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  ServingMetrics metrics(registry);
+  metrics.Configure(TestInfo());
+  metrics.RecordGraphReplays(3, 8);
+  metrics.RecordGraphReplays(5, 8);
+  metrics.RecordGraphReplays(4, 9);  // a counter never goes back
+  const std::string text = SerializeMetrics(*registry);
+  EXPECT_THAT(text, HasSubstr("verdict_graph_replays_total{model=\"target\"} 5\n"));
+  EXPECT_THAT(text, HasSubstr("verdict_graph_replays_total{model=\"draft\"} 9\n"));
 }
 
 TEST(ServingMetricsTest, StepRecordsSpeculationAndPlannerFigures) {

@@ -1019,6 +1019,8 @@ void Engine::RecordStepMetrics(const PlannedStep& step, const StepOutcome& outco
   record.collective_seconds = collective_seconds;
   record.drafts = drafts;
   metrics_->RecordStep(record);
+  metrics_->RecordGraphReplays(target_model_.runner->graph_replays(),
+                               draft_model_ ? draft_model_->runner->graph_replays() : 0);
   if (comm_->world_size() == 1) {
     // No plan check gathers figures in a world of one: report them directly.
     metrics_->RecordRankFigures(0, RankFigures{stats_.steps, verify_nanoseconds_ * 1e-9,

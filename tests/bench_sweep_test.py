@@ -119,6 +119,8 @@ class ComparisonTest(unittest.TestCase):
                                "verdict_step_draft_seconds_count": 811.0,
                                "verdict_step_verify_seconds_sum": 4.055,
                                "verdict_step_verify_seconds_count": 811.0,
+                               'verdict_graph_replays_total{model="target"}': 770.0,
+                               'verdict_graph_replays_total{model="draft"}': 3244.0,
                                'verdict_plan_steps_total{reason="planned"}': 790.0,
                                'verdict_plan_steps_total{reason="confidence-prior"}': 21.0,
                                'verdict_plan_steps_total{reason="small-batch"}': 0.0}
@@ -134,11 +136,13 @@ class ComparisonTest(unittest.TestCase):
         self.assertIn("| 1 | 3.50 / 6.00, 12.5 / 1.25 | 3.40 / 6.00, 12.5 / 1.25 | "
                       "- / -, 12.5 / 1.25 |", text)
         # The server's own counters: decode steps, plan checks (mismatches),
-        # the steps by plan reason (the ones that happened, most first) and
-        # the mean draft and verify time of a step.
+        # the steps by plan reason (the ones that happened, most first), the
+        # mean draft and verify time of a step and its passes replayed from
+        # CUDA graphs.
         self.assertIn("| compact-tp1 | `--verify-mode=compact` | 12 | 811 | 13 (0) | "
-                      "planned 790, confidence-prior 21 | 6.00 / 5.00 | ok |", text)
-        self.assertIn("| static-tp1 | `--verify-mode=static` | 12 | - | - | - | - / - | ok |", text)
+                      "planned 790, confidence-prior 21 | 6.00 / 5.00 | 0.95 / 4.00 | ok |", text)
+        self.assertIn("| static-tp1 | `--verify-mode=static` | 12 | - | - | - | - / - | - | ok |",
+                      text)
 
     def test_failed_runs_are_listed(self):
         configs = self.configs()
@@ -147,7 +151,7 @@ class ComparisonTest(unittest.TestCase):
         text = sweep.comparison_markdown(args(), configs)
         self.assertIn("| 1 | 330 | - | - | 120 | -63.6% |", text)
         self.assertIn("| compact-tp1 | `--verify-mode=compact` | 0 | 811 | 13 (0) | "
-                      "planned 790, confidence-prior 21 | 6.00 / 5.00 | "
+                      "planned 790, confidence-prior 21 | 6.00 / 5.00 | 0.95 / 4.00 | "
                       "the server exited with 1 while starting |", text)
         doc = sweep.comparison_json(configs)
         self.assertEqual([c["report"] for c in doc["configurations"]],

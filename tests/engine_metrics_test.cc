@@ -297,6 +297,9 @@ TEST_F(EngineMetricsTest, PlannerFiguresMatchTheEngine) {
   EXPECT_LE(m.at("verdict_step_predicted_seconds_sum"), 0.200 * st.steps);
   // At least every row of every request-step, at most the full blocks.
   EXPECT_GE(m.at("verdict_step_verify_tokens_sum"), st.spec_steps + st.verified);
+  // The models' graph replays as the engine counts them (none on the CPU).
+  EXPECT_EQ(m.at("verdict_graph_replays_total{model=\"target\"}"), st.target_graph_replays);
+  EXPECT_EQ(m.at("verdict_graph_replays_total{model=\"draft\"}"), st.draft_graph_replays);
 
   EXPECT_EQ(m.at("verdict_estimator_ready"), 1);
   for (int k = 0; k < kGamma; ++k) {

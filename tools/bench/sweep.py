@@ -256,14 +256,17 @@ def run_configuration(args, config):
 
 
 # Counters of the server's own report that the runs table shows: how many
-# decode steps ran, how often the ranks compared plans and disagreed, and
-# where a step's time went (draft passes, verify); and the steps by plan
-# reason (PLAN_REASON_PREFIX, one counter per reason), which shows whether
-# cap-accept and compact planned at all or fell back to verifying everything.
+# decode steps ran, how often the ranks compared plans and disagreed, where
+# a step's time went (draft passes, verify) and how many of its passes
+# replayed CUDA graphs; and the steps by plan reason (PLAN_REASON_PREFIX,
+# one counter per reason), which shows whether cap-accept and compact
+# planned at all or fell back to verifying everything.
 SERVER_COUNTERS = ("verdict_decode_steps_total", "verdict_plan_checks_total",
                    "verdict_plan_mismatches_total",
                    "verdict_step_draft_seconds_sum", "verdict_step_draft_seconds_count",
-                   "verdict_step_verify_seconds_sum", "verdict_step_verify_seconds_count")
+                   "verdict_step_verify_seconds_sum", "verdict_step_verify_seconds_count",
+                   'verdict_graph_replays_total{model="target"}',
+                   'verdict_graph_replays_total{model="draft"}')
 PLAN_REASON_PREFIX = 'verdict_plan_steps_total{reason="'
 
 
@@ -304,6 +307,16 @@ def step_split(counters):
         count = counters.get(f"verdict_step_{phase}_seconds_count")
         means.append(None if not count else 1e3 * total / count)
     return " / ".join(fmt(m, 2) for m in means)
+
+
+def graph_replays(counters):
+    """Target / draft passes replayed from CUDA graphs per decode step."""
+    steps = counters.get("verdict_decode_steps_total")
+    if not steps:
+        return "-"
+    per_step = [counters.get(f'verdict_graph_replays_total{{model="{m}"}}')
+                for m in ("target", "draft")]
+    return " / ".join(fmt(None if r is None else r / steps, 2) for r in per_step)
 
 
 def fmt(value, decimals):
@@ -386,8 +399,9 @@ def comparison_markdown(args, configs):
         lines.append("")
     lines += ["## Runs", "",
               "| configuration | server flags | requests | decode steps | plan checks "
-              "(mismatches) | steps by plan reason | draft / verify ms per step | status |",
-              "|---|---|---:|---:|---:|---|---:|---|"]
+              "(mismatches) | steps by plan reason | draft / verify ms per step | "
+              "graph replays per step (target / draft) | status |",
+              "|---|---|---:|---:|---:|---|---:|---:|---|"]
     for c in configs:
         completed = failed = 0
         for p in (c.report or {}).get("points", []):
@@ -400,7 +414,8 @@ def comparison_markdown(args, configs):
         plan = "-" if checks is None else f"{checks:.0f} ({mismatches or 0:.0f})"
         lines.append(f"| {c.name} | `{shlex.join(c.flags)}` | {requests} | "
                      f"{fmt(steps, 0)} | {plan} | {plan_reasons(c.counters)} | "
-                     f"{step_split(c.counters)} | {c.status} |")
+                     f"{step_split(c.counters)} | {graph_replays(c.counters)} | "
+                     f"{c.status} |")
     return "\n".join(lines) + "\n"
 
 
