@@ -302,9 +302,9 @@ absl::Status Gemm::RunGateUpSilu(const uint16_t* a, const uint16_t* w_gate_up,
                                  uint16_t* gate_up_scratch, uint16_t* act, int m, int inter, int k,
                                  cudaStream_t stream) {
   // Exactly where Run(gate_up) would take the skinny kernel (the fused
-  // kernel's own test is the same one), so that act's bits do not depend on
+  // kernel takes the same operands), so that act's bits do not depend on
   // which of the two paths ran.
-  if (UseSkinny(impl_->skinny, m, k, a, w_gate_up) && SkinnyGateUpSiluFits(m, k, a, w_gate_up)) {
+  if (UseSkinny(impl_->skinny, m, k, a, w_gate_up)) {
     return InvokeSkinnyGateUpSilu(a, w_gate_up, act, m, inter, k, stream);
   }
   if (absl::Status s = Run(a, w_gate_up, nullptr, gate_up_scratch, m, 2 * inter, k, stream);

@@ -230,15 +230,9 @@ absl::Status InvokeSkinnyGemm(const uint16_t* a, const uint16_t* w, const uint16
   return Launch(a, w, bias, c, m, n, k, stream);
 }
 
-bool SkinnyGateUpSiluFits(int m, int k, const void* a, const void* w_gate_up) {
-  // The up rows start inter * k elements in: 16-byte aligned whenever k % 8
-  // == 0 and w_gate_up is.
-  return SkinnyGemmFits(m, k, a, w_gate_up);
-}
-
 absl::Status InvokeSkinnyGateUpSilu(const uint16_t* a, const uint16_t* w_gate_up, uint16_t* act,
                                     int m, int inter, int k, cudaStream_t stream) {
-  if (!SkinnyGateUpSiluFits(m, k, a, w_gate_up) || inter <= 0) {
+  if (!SkinnyGemmFits(m, k, a, w_gate_up) || inter <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("skinny gate_up silu: unsupported m=", m,
                                                    " inter=", inter, " k=", k,
                                                    " or unaligned operands"));

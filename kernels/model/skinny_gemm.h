@@ -42,15 +42,13 @@ absl::Status InvokeSkinnyGemm(const uint16_t* a, const uint16_t* w, const uint16
 absl::Status InvokeSkinnyGemm(const uint16_t* a, const uint16_t* w, const uint16_t* bias, float* c,
                               int m, int n, int k, cudaStream_t stream);
 
-// Whether InvokeSkinnyGateUpSilu takes these operands: SkinnyGemmFits's
-// conditions, with w_gate_up as W.
-bool SkinnyGateUpSiluFits(int m, int k, const void* a, const void* w_gate_up);
-
 // act[m, inter] = silu(gate) * up, where [gate | up] = A[m, k] *
-// w_gate_up[2 * inter, k]^T. Device pointers; bf16 as raw bits. gate and up
-// are rounded to bf16 as InvokeSkinnyGemm's bf16 output is, and act once
-// more after the product, so act equals InvokeSkinnyGemm (n = 2 * inter, no
-// bias) followed by InvokeSiluAndMul bit for bit.
+// w_gate_up[2 * inter, k]^T, for the operands SkinnyGemmFits(m, k, a,
+// w_gate_up) takes (the up rows start inter * k elements in, 16-byte
+// aligned with w_gate_up) and inter >= 1. Device pointers; bf16 as raw
+// bits. gate and up are rounded to bf16 as InvokeSkinnyGemm's bf16 output
+// is, and act once more after the product, so act equals InvokeSkinnyGemm
+// (n = 2 * inter, no bias) followed by InvokeSiluAndMul bit for bit.
 absl::Status InvokeSkinnyGateUpSilu(const uint16_t* a, const uint16_t* w_gate_up, uint16_t* act,
                                     int m, int inter, int k, cudaStream_t stream);
 

@@ -215,7 +215,7 @@ TEST(SkinnyGemmGpuTest, GateUpSiluMatchesTheUnfusedPairAndTheCpuTwin) {
         d_gate_up.Poison();
         d_unfused.Poison();
         d_fused.Poison();
-        ASSERT_TRUE(SkinnyGateUpSiluFits(m, k, d_a.get(), d_w.get())) << what;
+        ASSERT_TRUE(SkinnyGemmFits(m, k, d_a.get(), d_w.get())) << what;
         ASSERT_TRUE(InvokeSkinnyGemm(d_a.get(), d_w.get(), nullptr, d_gate_up.get(), m, 2 * inter,
                                      k, nullptr)
                         .ok())
@@ -299,12 +299,12 @@ TEST(SkinnyGemmGpuTest, GemmRunGateUpSiluFusesWhereRunIsSkinny) {
 
 TEST(SkinnyGemmGpuTest, GateUpSiluRefusesWhatItDoesNotTake) {
   DeviceBuffer<uint16_t> a(8 * 64), w(2 * 64 * 64), act(8 * 64);
-  EXPECT_TRUE(SkinnyGateUpSiluFits(kSkinnyGemmMaxRows, 64, a.get(), w.get()));
-  EXPECT_FALSE(SkinnyGateUpSiluFits(0, 64, a.get(), w.get()));
-  EXPECT_FALSE(SkinnyGateUpSiluFits(kSkinnyGemmMaxRows + 1, 64, a.get(), w.get()));
-  EXPECT_FALSE(SkinnyGateUpSiluFits(1, 60, a.get(), w.get()));  // k not a multiple of 8
-  EXPECT_FALSE(SkinnyGateUpSiluFits(1, 64, a.get() + 1, w.get()));
-  EXPECT_FALSE(SkinnyGateUpSiluFits(1, 64, a.get(), w.get() + 1));
+  EXPECT_TRUE(SkinnyGemmFits(kSkinnyGemmMaxRows, 64, a.get(), w.get()));
+  EXPECT_FALSE(SkinnyGemmFits(0, 64, a.get(), w.get()));
+  EXPECT_FALSE(SkinnyGemmFits(kSkinnyGemmMaxRows + 1, 64, a.get(), w.get()));
+  EXPECT_FALSE(SkinnyGemmFits(1, 60, a.get(), w.get()));  // k not a multiple of 8
+  EXPECT_FALSE(SkinnyGemmFits(1, 64, a.get() + 1, w.get()));
+  EXPECT_FALSE(SkinnyGemmFits(1, 64, a.get(), w.get() + 1));
   EXPECT_FALSE(InvokeSkinnyGateUpSilu(a.get(), w.get(), act.get(), 0, 64, 64, nullptr).ok());
   EXPECT_FALSE(InvokeSkinnyGateUpSilu(a.get(), w.get(), act.get(), 5, 64, 64, nullptr).ok());
   EXPECT_FALSE(InvokeSkinnyGateUpSilu(a.get(), w.get(), act.get(), 1, 64, 60, nullptr).ok());
