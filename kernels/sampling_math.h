@@ -111,12 +111,22 @@ VERDICT_HD bool IsFinite(float x) {
 
 constexpr float kNegInf = -__builtin_huge_valf();
 
-// exp(x) for x <= 0 (a logit minus the row maximum), within about 2 ulp.
-// Below -87 (results under 2^-125, far below anything a sample can see) the
-// result is 0, which also covers -inf (a masked vocabulary id).
-VERDICT_HD float ExpNonPositive(float x) {
-  if (!(x >= -87.0f)) return 0.0f;
-  const float n = RoundToInt(FMul(x, 1.44269502f));  // log2(e)
+// x + kRoundMagic rounds x to an integer (ties to even) for |x| < 2^22, and
+// leaves that integer n in the low bits: FloatBits(x + kRoundMagic) =
+// 0x4B400000 + n. Two additions instead of a conversion instruction, which
+// the GPU issues at an eighth of the rate of an addition.
+constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23
+
+// The polynomial part of ExpNonPositive: exp(x) = p * 2^n for x in [-87, 0].
+// shifted = x log2(e) + kRoundMagic holds n (see kRoundMagic).
+struct ExpParts {
+  float p;
+  float shifted;
+};
+
+VERDICT_HD ExpParts ExpSplit(float x) {
+  const float shifted = FAdd(FMul(x, 1.44269502f), kRoundMagic);  // log2(e)
+  const float n = FSub(shifted, kRoundMagic);
   // Cody-Waite: ln 2 split so that n * kLn2Hi is exact.
   float r = Fma(n, -0.693145751953125f, x);
   r = Fma(n, -1.42860677e-06f, r);
@@ -129,8 +139,24 @@ VERDICT_HD float ExpNonPositive(float x) {
   p = Fma(p, r, 0.5f);
   p = Fma(p, r, 1.0f);
   p = Fma(p, r, 1.0f);
-  const int e = static_cast<int>(n);  // in [-126, 0]
-  return FMul(p, BitsToFloat(static_cast<uint32_t>(e + 127) << 23));
+  return ExpParts{p, shifted};
+}
+
+// 2^(n + bias) as a float, from ExpParts::shifted (n + bias in [-126, 127]):
+// the bits of 0x4B400000 above the ninth shift out of the word.
+VERDICT_HD float PowerOfTwo(float shifted, uint32_t bias) {
+  return BitsToFloat((FloatBits(shifted) + 127u + bias) << 23);
+}
+
+// exp(x) for x <= 0 (a logit minus the row maximum), within about 2 ulp.
+// Below -87 (results under 2^-125, far below anything a sample can see) the
+// result is 0, which also covers -inf (a masked vocabulary id) and NaN.
+// Branch-free: out-of-range inputs are computed as 0 and then discarded.
+VERDICT_HD float ExpNonPositive(float x) {
+  const bool in_range = x >= -87.0f;
+  const ExpParts e = ExpSplit(in_range ? x : 0.0f);  // n in [-126, 0]
+  const float result = FMul(e.p, PowerOfTwo(e.shifted, 0));
+  return in_range ? result : 0.0f;
 }
 
 // Natural log of a positive finite float, within about 2 ulp, with full
@@ -169,8 +195,26 @@ VERDICT_HD float LogPositive(float x) {
 constexpr float kFixedOne = 1099511627776.0f;     // 2^40
 constexpr float kFixedUnit = 9.09494702e-13f;     // 2^-40
 
+// A weight already multiplied by 2^40, rounded to the nearest integer.
+VERDICT_HD uint64_t ToFixedScaled(float scaled) {
+  return static_cast<uint64_t>(RoundToInt(scaled));
+}
+
 VERDICT_HD uint64_t ToFixed(float weight) {
-  return static_cast<uint64_t>(RoundToInt(FMul(weight, kFixedOne)));
+  return ToFixedScaled(FMul(weight, kFixedOne));
+}
+
+// max(x, lo), and lo for any NaN x (quiet or signalling; std::fmax may
+// return a signalling NaN).
+VERDICT_HD float AtLeast(float x, float lo) { return x >= lo ? x : lo; }
+
+// ToFixed(ExpNonPositive(x)), bit for bit, in fewer instructions: the 2^40
+// is folded into the power of two, and inputs below -87 (or NaN) are
+// raised to -87, whose weight (2^-85.5) rounds to 0 like theirs. The
+// intermediate p * 2^n, subnormal for some inputs near -87, is never formed.
+VERDICT_HD uint64_t FixedExpNonPositive(float x) {
+  const ExpParts e = ExpSplit(AtLeast(x, -87.0f));
+  return ToFixedScaled(FMul(e.p, PowerOfTwo(e.shifted, 40)));
 }
 
 VERDICT_HD float FixedToFloat(uint64_t fixed) {
@@ -187,6 +231,16 @@ VERDICT_HD double FixedToDouble(uint64_t fixed) {
   return __ull2double_rn(fixed);
 #else
   return static_cast<double>(fixed);
+#endif
+}
+
+// A non-negative double below 2^64, rounded to the nearest integer (ties to
+// even).
+VERDICT_HD uint64_t DoubleToFixed(double x) {
+#if defined(__CUDA_ARCH__)
+  return __double2ull_rn(x);
+#else
+  return static_cast<uint64_t>(std::nearbyint(x));
 #endif
 }
 
