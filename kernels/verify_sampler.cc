@@ -41,11 +41,25 @@ struct Race {
   bool empty() const { return id == kNoId; }
 };
 
-// Fixed-point mass of the kept ids.
+// Fixed-point mass of the kept ids, tile by tile (verify_internal::
+// kMassTileIds). Tile maxima come out +0 for a zero maximum whatever the
+// sign of the zeros, as in the kernel.
 uint64_t KeptMass(const std::vector<float>& z, float row_max, float threshold) {
   uint64_t mass = 0;
-  for (const float zi : z) {
-    if (Kept(zi, threshold)) mass += ToFixed(ExpNonPositive(FSub(zi, row_max)));
+  const size_t size = z.size();
+  for (size_t begin = 0; begin < size; begin += verify_internal::kMassTileIds) {
+    const size_t end = std::min(size, begin + verify_internal::kMassTileIds);
+    float tile_max = kNegInf;
+    for (size_t i = begin; i < end; ++i) {
+      if (Kept(z[i], threshold) && z[i] > tile_max) tile_max = z[i];
+    }
+    if (tile_max == kNegInf) continue;
+    tile_max = FAdd(tile_max, 0.0f);
+    uint64_t tile_sum = 0;
+    for (size_t i = begin; i < end; ++i) {
+      if (Kept(z[i], threshold)) tile_sum += FixedExpNonPositive(FSub(z[i], tile_max));
+    }
+    mass += verify_internal::TileMassAtRowMax(tile_sum, tile_max, row_max);
   }
   return mass;
 }

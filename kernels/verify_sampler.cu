@@ -2,17 +2,22 @@
 // reference: the CPU twin in verify_sampler.cc).
 //
 // One launch per step. A cluster of `splits` CTAs (Hopper thread block
-// clusters) owns one row; CTA rank c owns vocabulary ids [c * chunk,
-// (c + 1) * chunk). Each CTA keeps its slice of the row in shared memory, so
-// the row is read from device memory once however many passes the row needs
-// (max, top-k / top-p selection, mass, race); the cluster combines per-CTA
-// partials through distributed shared memory. Every decision is computed
-// redundantly by all CTAs of the cluster from the same combined values, so
-// they agree without further communication. The leader CTA writes the row's
-// outputs and bumps a done counter; the CTA that completes the last row
-// applies the accepted prefix, the counters and the stop mask for the whole
-// step and publishes the error record (a "last block" tail, so small steps
-// need exactly one launch). Request-level input checks run in the row CTAs,
+// clusters) owns one row; CTA rank c owns the mass tiles [c * tiles_per_cta,
+// (c + 1) * tiles_per_cta) of the row (verify_internal::kMassTileIds ids
+// each). A warp streams one tile at a time into registers: temperature,
+// bitmask and finiteness, the tile's maximum and its fixed-point mass
+// relative to that maximum, with no barrier inside the stream, so every warp
+// keeps its loads in flight. The tiles' (maximum, mass) records and each
+// CTA's row partials are exchanged once through distributed shared memory;
+// every CTA then combines the same records into the row maximum and mass, and
+// makes the row's decision redundantly from the same values, so the CTAs
+// agree without further communication. Rows that need more than one pass
+// (top-k / top-p selection, the race of a final row) read their slices again
+// from global memory, mostly from L2. The leader CTA writes the row's outputs
+// and bumps a done counter; the CTA that completes the last row applies the
+// accepted prefix, the counters and the stop mask for the whole step and
+// publishes the error record (a "last block" tail, so small steps need
+// exactly one launch). Request-level input checks run in the row CTAs,
 // step-level ones on the host before the launch.
 //
 // Only a row whose earlier rows all accepted draws a sample (a residual or a
@@ -42,19 +47,35 @@ namespace {
 namespace cg = cooperative_groups;
 using namespace sampling_math;  // NOLINT: the arithmetic vocabulary of this file
 using verify_internal::ErrorKey;
+using verify_internal::kMassTileIds;
 using verify_internal::Kept;
 using verify_internal::LaunchStatus;
 using verify_internal::MinKey;
 using verify_internal::RowInfo;
 using verify_internal::RowKind;
 using verify_internal::RowSetup;
+using verify_internal::TileMassAtRowMax;
 
-// Two CTAs of 512 threads per SM (measured faster on the H200 than four of
-// 256 at V = 151936: docs/PERF.md).
-constexpr int kThreads = 512;
-constexpr int kCtasPerSm = 2;
+// CTAs of 256 threads, at least three per SM (at most 85 registers a
+// thread): the stream keeps no row in shared memory, so occupancy is set by
+// registers alone.
+constexpr int kThreads = 256;
+constexpr int kCtasPerSm = 3;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxSplits = 16;
+// Tiles of one CTA; with kMaxSplits CTAs they cover the largest vocabulary.
+constexpr int kMaxTilesPerCta = 512;
+static_assert(int64_t{kMaxSplits} * kMaxTilesPerCta * kMassTileIds >= kMaxVocabSize,
+              "a row must fit one cluster");
+// Tiles a CTA aims for (128 KiB of float32 logits): CTAs of a row stream
+// their slices at the same time, so a slice this short is still in L2 when
+// its row's race reads it again.
+constexpr int kTargetTilesPerCta = 32;
+// A lane's part of a tile: kTileGroups groups of four consecutive ids, the
+// warp's groups 128 ids apart (coalesced 16-byte loads).
+constexpr int kTileGroups = kMassTileIds / 128;
+constexpr int kTileValues = 4 * kTileGroups;
+static_assert(kMassTileIds % 128 == 0, "a tile is whole warp-wide groups");
 constexpr int32_t kNoId = 0x7FFFFFFF;
 
 // Left zeroed between launches: the done counter, the next row ticket, the
@@ -77,10 +98,17 @@ struct KernelArgs {
   VerifyOutputs out;
   float alpha;
   int32_t splits;
-  int32_t chunk;      // vocabulary ids per CTA, a multiple of 8
-  int32_t grid_rows;  // max(total_q, 1)
+  int32_t tiles_per_cta;  // at most kMaxTilesPerCta
+  int32_t grid_rows;      // max(total_q, 1)
   bool vector_logits;
   bool vector_probs;
+};
+
+// One mass tile of the first pass: its kept maximum (+0 for a zero maximum,
+// -inf if it keeps nothing) and its fixed-point mass relative to it.
+struct TileRecord {
+  float max;
+  unsigned long long sum;
 };
 
 // Per-CTA partials that the other CTAs of the cluster read (distributed
@@ -92,7 +120,7 @@ struct ExchangeSlots {
   int32_t argmax;
   int32_t allowed;
   int32_t non_finite;
-  unsigned long long mass[3];
+  unsigned long long mass[2];
   uint32_t hist_count[2][256];
   unsigned long long hist_mass[2][256];
   float race_key[2];
@@ -140,6 +168,7 @@ struct Scratch {
   float f[kWarps];
   int32_t i[kWarps];
   int32_t j[kWarps];
+  int32_t k[kWarps];
   unsigned long long u[kWarps];
   uint32_t bins[256];
   unsigned long long bin_mass[256];
@@ -156,31 +185,6 @@ __device__ __forceinline__ bool MaxBeats(float v, int32_t id, float best, int32_
 
 // Block reductions; the result is valid in thread 0. They end with a
 // barrier so the scratch can be reused at once.
-__device__ void BlockArgMax(float* v, int32_t* id, Scratch& s) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xFFFFFFFFu, *v, o);
-    const int32_t oid = __shfl_xor_sync(0xFFFFFFFFu, *id, o);
-    if (MaxBeats(ov, oid, *v, *id)) {
-      *v = ov;
-      *id = oid;
-    }
-  }
-  if (Lane() == 0) {
-    s.f[Warp()] = *v;
-    s.i[Warp()] = *id;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kWarps; ++w) {
-      if (MaxBeats(s.f[w], s.i[w], *v, *id)) {
-        *v = s.f[w];
-        *id = s.i[w];
-      }
-    }
-  }
-  __syncthreads();
-}
-
 __device__ void BlockRaceBest(float* key, int32_t* id, Scratch& s) {
   for (int o = 16; o > 0; o >>= 1) {
     const float ok = __shfl_xor_sync(0xFFFFFFFFu, *key, o);
@@ -204,17 +208,6 @@ __device__ void BlockRaceBest(float* key, int32_t* id, Scratch& s) {
     }
   }
   __syncthreads();
-}
-
-__device__ int32_t BlockSumInt(int32_t v, Scratch& s) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  if (Lane() == 0) s.j[Warp()] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kWarps; ++w) v += s.j[w];
-  }
-  __syncthreads();
-  return v;
 }
 
 __device__ int32_t BlockMinInt(int32_t v, Scratch& s) {
@@ -282,15 +275,18 @@ __device__ int32_t FindRequestWarp(const VerifyInputs& in, int32_t row) {
 
 __device__ __forceinline__ uint32_t KeyOf(float z) { return OrderKey(FAdd(z, 0.0f)); }
 
+// Logits are read-only for the whole launch and loaded with L2's default
+// policy (not evict-first): the passes after the first, top-k / top-p and a
+// final row's race, read the CTA's slice again moments later.
 template <typename LogitT>
 __device__ __forceinline__ float LoadOne(const LogitT* p);
 template <>
 __device__ __forceinline__ float LoadOne<float>(const float* p) {
-  return __ldcs(p);
+  return __ldg(p);
 }
 template <>
 __device__ __forceinline__ float LoadOne<uint16_t>(const uint16_t* p) {
-  return BFloat16ToFloat(__ldcs(reinterpret_cast<const unsigned short*>(p)));
+  return BFloat16ToFloat(__ldg(reinterpret_cast<const unsigned short*>(p)));
 }
 
 // Four consecutive logits starting at p (aligned when `vec`).
@@ -298,13 +294,13 @@ template <typename LogitT>
 __device__ __forceinline__ float4 LoadFour(const LogitT* p, bool vec);
 template <>
 __device__ __forceinline__ float4 LoadFour<float>(const float* p, bool vec) {
-  if (vec) return __ldcs(reinterpret_cast<const float4*>(p));
-  return make_float4(__ldcs(p), __ldcs(p + 1), __ldcs(p + 2), __ldcs(p + 3));
+  if (vec) return __ldg(reinterpret_cast<const float4*>(p));
+  return make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
 }
 template <>
 __device__ __forceinline__ float4 LoadFour<uint16_t>(const uint16_t* p, bool vec) {
   if (vec) {
-    const uint2 w = __ldcs(reinterpret_cast<const uint2*>(p));
+    const uint2 w = __ldg(reinterpret_cast<const uint2*>(p));
     return make_float4(BitsToFloat(w.x << 16), BitsToFloat(w.x & 0xFFFF0000u),
                        BitsToFloat(w.y << 16), BitsToFloat(w.y & 0xFFFF0000u));
   }
@@ -315,14 +311,186 @@ __device__ __forceinline__ float Get(const float4& v, int j) {
   return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
 
+// How a row turns logits into z: temperature (skipped at 1, where it would
+// only turn -0 into +0, which no decision sees) and its bitmask (-1: none).
+struct RowZ {
+  float inv_temperature;
+  bool scale;
+  int32_t mask;
+};
+
+// z of four consecutive ids from `id` (a multiple of 4); ids past the
+// vocabulary and ids the bitmask forbids are -inf. For rows whose logits
+// passed the finiteness check (every pass after the first).
+template <typename LogitT>
+__device__ __forceinline__ float4 LoadZGroup(const KernelArgs& a, const LogitT* row_logits,
+                                             int32_t id, const RowZ& rz) {
+  const VerifyInputs& in = a.in;
+  const int32_t v_size = in.vocab_size;
+  float t[4];
+  if (id + 3 < v_size) {
+    const float4 f = LoadFour(row_logits + id, a.vector_logits);
+    t[0] = f.x;
+    t[1] = f.y;
+    t[2] = f.z;
+    t[3] = f.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) t[j] = id + j < v_size ? LoadOne(row_logits + id + j) : kNegInf;
+  }
+  // The four ids share one bitmask word (id is a multiple of 4).
+  const uint32_t word =
+      rz.mask >= 0 && id < v_size
+          ? in.bitmask_bits[static_cast<int64_t>(rz.mask) * in.bitmask_words + (id >> 5)]
+          : ~0u;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    float z = rz.scale ? ScaleLogit(t[j], rz.inv_temperature) : t[j];
+    if (!((word >> ((id + j) & 31)) & 1u)) z = kNegInf;
+    t[j] = z;
+  }
+  return make_float4(t[0], t[1], t[2], t[3]);
+}
+
+// What one warp learns from one mass tile (every lane holds the result).
+struct TileResult {
+  float max;               // kept maximum, +0 for zero, -inf if nothing is kept
+  unsigned long long sum;  // fixed-point mass of the kept ids relative to max
+  int32_t argmax;          // lowest id at max (find_argmax), else kNoId
+  int32_t allowed;         // ids with z > -inf before the threshold (count_allowed)
+  int32_t bad;             // lowest id whose z is not finite (check_finite), else kNoId
+};
+
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  return v;
+}
+__device__ __forceinline__ int32_t WarpMin(int32_t v) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  return v;
+}
+__device__ __forceinline__ int32_t WarpSum(int32_t v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+__device__ __forceinline__ unsigned long long WarpSumU64(unsigned long long v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+
+// One warp streams mass tile `tile` of the row: each lane loads its
+// kTileValues ids (all loads issued before any arithmetic), then the tile's
+// maximum and mass over the ids kept at `threshold` (kNegInf: every allowed
+// id). Lane l's value 4k + j is id tile * kMassTileIds + 128k + 4l + j, so a
+// lane's values run in id order.
+template <typename LogitT>
+__device__ TileResult StreamTile(const KernelArgs& a, const LogitT* row_logits, int32_t tile,
+                                 const RowZ& rz, float threshold, bool find_argmax,
+                                 bool count_allowed, bool check_finite) {
+  const VerifyInputs& in = a.in;
+  const int32_t v_size = in.vocab_size;
+  const int32_t base = tile * kMassTileIds + 4 * Lane();
+  const bool full = (tile + 1) * kMassTileIds <= v_size;
+  float z[kTileValues];
+  if (full) {
+#pragma unroll
+    for (int k = 0; k < kTileGroups; ++k) {
+      const float4 f = LoadFour(row_logits + base + 128 * k, a.vector_logits);
+      z[4 * k] = f.x;
+      z[4 * k + 1] = f.y;
+      z[4 * k + 2] = f.z;
+      z[4 * k + 3] = f.w;
+    }
+  } else {
+    // The row's last tile: ids past the vocabulary read as 0 (finite) and
+    // become -inf after the finiteness check.
+#pragma unroll
+    for (int k = 0; k < kTileGroups; ++k) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int32_t id = base + 128 * k + j;
+        z[4 * k + j] = id < v_size ? LoadOne(row_logits + id) : 0.0f;
+      }
+    }
+  }
+  if (rz.scale) {
+#pragma unroll
+    for (int i = 0; i < kTileValues; ++i) z[i] = ScaleLogit(z[i], rz.inv_temperature);
+  }
+  TileResult r{kNegInf, 0, kNoId, 0, kNoId};
+  if (check_finite) {
+    // z * 0 is NaN exactly when z is infinite or NaN: one instruction an id,
+    // and the lowest bad id is looked for only in a tile that has one.
+    float poison = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kTileValues; ++i) poison = fmaf(z[i], 0.0f, poison);
+    int32_t bad = kNoId;
+    if (poison != poison) {
+#pragma unroll
+      for (int i = kTileValues - 1; i >= 0; --i) {
+        if (!IsFinite(z[i])) bad = base + 128 * (i / 4) + (i % 4);
+      }
+    }
+    r.bad = WarpMin(bad);
+  }
+  if (!full) {
+#pragma unroll
+    for (int i = 0; i < kTileValues; ++i) {
+      if (base + 128 * (i / 4) + (i % 4) >= v_size) z[i] = kNegInf;
+    }
+  }
+  if (rz.mask >= 0) {
+    const uint32_t* bits = in.bitmask_bits + static_cast<int64_t>(rz.mask) * in.bitmask_words;
+#pragma unroll
+    for (int k = 0; k < kTileGroups; ++k) {
+      const int32_t id = base + 128 * k;  // its four ids share a word
+      const uint32_t word = id < v_size ? bits[id >> 5] : 0u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (!((word >> ((id + j) & 31)) & 1u)) z[4 * k + j] = kNegInf;
+      }
+    }
+  }
+  if (count_allowed) {
+    int32_t allowed = 0;
+#pragma unroll
+    for (int i = 0; i < kTileValues; ++i) allowed += z[i] > kNegInf ? 1 : 0;
+    r.allowed = WarpSum(allowed);
+  }
+  if (threshold > kNegInf) {
+#pragma unroll
+    for (int i = 0; i < kTileValues; ++i) z[i] = z[i] >= threshold ? z[i] : kNegInf;
+  }
+  float m = kNegInf;
+#pragma unroll
+  for (int i = 0; i < kTileValues; ++i) m = fmaxf(m, z[i]);
+  m = FAdd(WarpMax(m), 0.0f);  // -0 becomes +0, as on the CPU
+  r.max = m;
+  if (m == kNegInf) return r;  // warp-uniform
+  // Ids that are not kept hold -inf, whose weight is 0.
+  unsigned long long sum = 0;
+#pragma unroll
+  for (int i = 0; i < kTileValues; ++i) sum += FixedExpNonPositive(FSub(z[i], m));
+  r.sum = WarpSumU64(sum);
+  if (find_argmax) {
+    int32_t arg = kNoId;
+#pragma unroll
+    for (int i = kTileValues - 1; i >= 0; --i) {
+      if (z[i] == m) arg = base + 128 * (i / 4) + (i % 4);
+    }
+    r.argmax = WarpMin(arg);
+  }
+  return r;
+}
+
 template <typename LogitT>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const __grid_constant__ KernelArgs a) {
-  extern __shared__ float4 dynamic_smem[];
-  float* z = reinterpret_cast<float*>(dynamic_smem);  // [chunk]: z, later e = exp(z - max)
-  uint32_t* listed = reinterpret_cast<uint32_t*>(z + a.chunk);  // [chunk / 32] sparse p ids
+  extern __shared__ uint32_t listed[];  // [tiles_per_cta * kMassTileIds / 32]: sparse p ids
+  __shared__ TileRecord records[kMaxTilesPerCta];
   __shared__ ExchangeSlots slots;
   __shared__ Broadcast b;
   __shared__ Scratch scratch;
+  __shared__ int32_t next_tile;  // the stream's tile counter
 
   cg::cluster_group cluster = cg::this_cluster();
   const VerifyInputs& in = a.in;
@@ -339,8 +507,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
   __syncthreads();
   const int32_t row = b.row;
   const int32_t v_size = in.vocab_size;
-  const int32_t c0 = rank * a.chunk;
-  const int32_t n = max(0, min(v_size - c0, a.chunk));  // ids of this CTA
+  const int32_t tiles = verify_internal::NumMassTiles(v_size);
+  const int32_t first_tile = rank * a.tiles_per_cta;
+  const int32_t my_tiles = max(0, min(tiles - first_tile, a.tiles_per_cta));
+  // This CTA's ids: [c0, c0 + n), whole tiles but for the row's last.
+  const int32_t c0 = first_tile * kMassTileIds;
+  const int32_t n = max(0, min(v_size - c0, my_tiles * kMassTileIds));
   const int32_t groups = (n + 3) / 4;
   bool published = false;  // by the leader's thread 0
 
@@ -383,27 +555,21 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     out.token_logprobs[row] = 0.0f;
   }
   bool row_done = b.skip;
+  const LogitT* row_logits =
+      static_cast<const LogitT*>(in.logits) + static_cast<int64_t>(row) * v_size;
+  RowZ rz{1.0f, false, -1};
 
   if (!row_done) {
-    // ---- 2. Warp 0: scalar setup and the row's bitmask; warps 1..: the
-    // row's slice of logits into shared memory (raw values; finiteness, max).
-    float best = kNegInf;
-    int32_t best_id = kNoId;
-    int32_t finite = 0;
-    int32_t bad = kNoId;
+    // ---- 2. Warp 0: what the stream needs (temperature, top-k, the row's
+    // bitmask); the rest of the row's setup follows in warp 0's lane 0 while
+    // the other warps already stream.
     if (Warp() == 0) {
       if (Lane() == 0) {
-        const RowSetup s = verify_internal::SetupLocatedRow(in, row, b.info);
-        b.greedy = s.greedy;
-        b.inv_temperature = s.inv_temperature;
-        b.top_k = s.top_k;
-        b.top_p = s.top_p;
-        b.seed = s.seed;
-        b.position = s.position;
-        b.draft = s.draft;
-        b.golden = s.golden;
-        b.p_draft = s.p_draft;
-        b.error_key = s.error_key;
+        const float t = verify_internal::Temperature(in, b.info.request);
+        b.greedy = t == 0.0f;
+        b.inv_temperature = InverseTemperature(t);
+        b.top_k = verify_internal::TopK(in, b.info.request);
+        next_tile = 0;
       }
       int32_t first = kNoId;
       int32_t count = 0;
@@ -416,117 +582,90 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
           }
         }
       }
-      for (int o = 16; o > 0; o >>= 1) {
-        first = min(first, __shfl_xor_sync(0xFFFFFFFFu, first, o));
-        count += __shfl_xor_sync(0xFFFFFFFFu, count, o);
-      }
+      first = WarpMin(first);
+      count = WarpSum(count);
       if (Lane() == 0) {
         b.mask = first == kNoId ? -1 : first;
         b.masks = count;
       }
-    } else {
-      const LogitT* row_logits =
-          static_cast<const LogitT*>(in.logits) + static_cast<int64_t>(row) * v_size + c0;
-      constexpr int kUnroll = 4;
-      const int loaders = kThreads - 32;
-      for (int32_t g0 = tid - 32; g0 < groups; g0 += loaders * kUnroll) {
-        float4 v[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int32_t g = g0 + u * loaders;
-          if (g < groups) {
-            if (4 * g + 3 < n) {
-              v[u] = LoadFour(row_logits + 4 * g, a.vector_logits);
-            } else {
-              float t[4];
-#pragma unroll
-              for (int j = 0; j < 4; ++j) {
-                t[j] = 4 * g + j < n ? LoadOne(row_logits + 4 * g + j) : kNegInf;
-              }
-              v[u] = make_float4(t[0], t[1], t[2], t[3]);
-            }
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int32_t g = g0 + u * loaders;
-          if (g >= groups) continue;
-          float t[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const int32_t i = 4 * g + j;
-            if (i >= n) {
-              t[j] = kNegInf;
-              continue;
-            }
-            if (!IsFinite(t[j])) {
-              bad = min(bad, c0 + i);
-              t[j] = kNegInf;
-              continue;
-            }
-            ++finite;
-            if (t[j] > best) {
-              best = t[j];
-              best_id = c0 + i;
-            }
-          }
-          reinterpret_cast<float4*>(z)[g] = make_float4(t[0], t[1], t[2], t[3]);
-        }
-      }
     }
     __syncthreads();
-
-    // ---- 3. Temperature and bitmask, where they change anything.
-    const bool transform = b.mask >= 0 || b.inv_temperature != 1.0f;
-    if (transform) {
-      best = kNegInf;
-      best_id = kNoId;
-      finite = 0;
-      for (int32_t i = tid; i < n; i += kThreads) {
-        // Raw non-finite ids are -inf here and were recorded already.
-        float zi = ScaleLogit(z[i], b.inv_temperature);
-        const int32_t id = c0 + i;
-        if (!IsFinite(zi)) {
-          bad = min(bad, id);
-          zi = kNegInf;
-        } else if (b.mask >= 0 && !verify_internal::BitmaskAllows(in, b.mask, id)) {
-          zi = kNegInf;
-        }
-        z[i] = zi;
-        if (zi > kNegInf) {
-          ++finite;
-          if (MaxBeats(zi, id, best, best_id)) {
-            best = zi;
-            best_id = id;
-          }
-        }
-      }
+    rz = RowZ{b.inv_temperature, b.inv_temperature != 1.0f, b.mask};
+    const bool find_argmax = b.greedy;
+    const bool count_allowed = !b.greedy && b.top_k > 0;
+    if (Warp() == 0 && Lane() == 0) {
+      // The same function the CPU twin calls; greedy, temperature and top-k
+      // were read above from the same arrays.
+      const RowSetup s = verify_internal::SetupLocatedRow(in, row, b.info);
+      b.top_p = s.top_p;
+      b.seed = s.seed;
+      b.position = s.position;
+      b.draft = s.draft;
+      b.golden = s.golden;
+      b.p_draft = s.p_draft;
+      b.error_key = s.error_key;
     }
-    BlockArgMax(&best, &best_id, scratch);
-    finite = BlockSumInt(finite, scratch);
-    bad = BlockMinInt(bad, scratch);
+
+    // ---- 3. The stream: every tile of this CTA once, its record kept for
+    // the mass; per warp the row partials (max and argmax, allowed ids, the
+    // lowest non-finite id). Warps take tiles from a counter, so warp 0,
+    // which starts late, takes fewer.
+    float best = kNegInf;
+    int32_t best_id = kNoId;
+    int32_t allowed = 0;
+    int32_t bad = kNoId;
+    for (;;) {
+      int32_t t = 0;
+      if (Lane() == 0) t = atomicAdd(&next_tile, 1);
+      t = __shfl_sync(0xFFFFFFFFu, t, 0);
+      if (t >= my_tiles) break;
+      const TileResult r = StreamTile(a, row_logits, first_tile + t, rz, kNegInf, find_argmax,
+                                      count_allowed, true);
+      if (Lane() == 0) records[t] = TileRecord{r.max, r.sum};
+      if (MaxBeats(r.max, r.argmax, best, best_id)) {
+        best = r.max;
+        best_id = r.argmax;
+      }
+      allowed += r.allowed;
+      bad = min(bad, r.bad);
+    }
+    if (Lane() == 0) {
+      scratch.f[Warp()] = best;
+      scratch.i[Warp()] = best_id;
+      scratch.j[Warp()] = allowed;
+      scratch.k[Warp()] = bad;
+    }
+    __syncthreads();
     if (tid == 0) {
+      for (int w = 1; w < kWarps; ++w) {
+        if (MaxBeats(scratch.f[w], scratch.i[w], best, best_id)) {
+          best = scratch.f[w];
+          best_id = scratch.i[w];
+        }
+        allowed += scratch.j[w];
+        bad = min(bad, scratch.k[w]);
+      }
       slots.max_z = best;
       slots.argmax = best_id;
-      slots.allowed = finite;
+      slots.allowed = allowed;
       slots.non_finite = bad;
     }
-    cluster.sync();  // exchange 1: row max, argmax, allowed count, bad ids
+    cluster.sync();  // exchange 1: row partials and every tile record
     if (tid == 0) {
       float m = kNegInf;
-      int32_t arg = kNoId, allowed = 0, nf = kNoId;
+      int32_t arg = kNoId, allowed_total = 0, nf = kNoId;
       for (int c = 0; c < splits; ++c) {
         const ExchangeSlots* rs = cluster.map_shared_rank(&slots, c);
         if (MaxBeats(rs->max_z, rs->argmax, m, arg)) {
           m = rs->max_z;
           arg = rs->argmax;
         }
-        allowed += rs->allowed;
+        allowed_total += rs->allowed;
         nf = min(nf, rs->non_finite);
       }
       b.row_max = m;
       b.argmax = arg;
-      b.allowed = allowed;
+      b.allowed = allowed_total;
       b.non_finite = nf;
       uint64_t key = b.error_key;
       if (b.masks > 1) {
@@ -537,7 +676,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         key = MinKey(key, ErrorKey(row, VerifyErrorCode::kNonFiniteLogit,
                                    static_cast<uint32_t>(nf)));
       }
-      if (allowed == 0) key = MinKey(key, ErrorKey(row, VerifyErrorCode::kNoAllowedToken, 0));
+      // No allowed id: the row maximum is -inf (a non-finite logit, the
+      // smaller key, is reported instead when there is one).
+      if (m == kNegInf) key = MinKey(key, ErrorKey(row, VerifyErrorCode::kNoAllowedToken, 0));
       b.error_key = key;
     }
     __syncthreads();
@@ -551,23 +692,33 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     const float row_max = b.row_max;
     const bool verify = b.info.kind == RowKind::kVerify;
     float threshold = kNegInf;
-    int exchanges = 0;  // mass slots used
 
-    // Sums the fixed-point mass of the kept ids across the cluster; with
-    // write_e, leaves e = exp(z - max) (0 where not kept) in shared memory.
-    auto cluster_mass = [&](float t, bool write_e) -> unsigned long long {
+    // The mass of every allowed id, from all tile records of the cluster
+    // (each CTA sums the same records, so all hold the same total).
+    {
       unsigned long long local = 0;
-      // Four ids at a time; ids past the slice hold -inf (weight 0).
-      for (int32_t g = tid; g < groups; g += kThreads) {
-        const float4 z4 = reinterpret_cast<const float4*>(z)[g];
-        float e[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float zi = Get(z4, q);
-          e[q] = Kept(zi, t) ? ExpNonPositive(FSub(zi, row_max)) : 0.0f;
-          local += ToFixed(e[q]);
-        }
-        if (write_e) reinterpret_cast<float4*>(z)[g] = make_float4(e[0], e[1], e[2], e[3]);
+      const int32_t slots_total = splits * a.tiles_per_cta;
+      for (int32_t idx = tid; idx < slots_total; idx += kThreads) {
+        const int c = idx / a.tiles_per_cta;
+        const int32_t j = idx - c * a.tiles_per_cta;
+        if (c * a.tiles_per_cta + j >= tiles) continue;
+        const TileRecord rec = *cluster.map_shared_rank(&records[j], c);
+        local += TileMassAtRowMax(rec.sum, rec.max, row_max);
+      }
+      local = BlockSumU64(local, scratch);
+      if (tid == 0) b.mass = local;
+      __syncthreads();
+    }
+
+    // The mass of the ids kept at threshold t, streamed again tile by tile
+    // (top-k / top-p rows), summed over the cluster.
+    int exchanges = 0;  // mass slots used
+    auto cluster_kept_mass = [&](float t) -> unsigned long long {
+      unsigned long long local = 0;
+      for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
+        const TileResult r =
+            StreamTile(a, row_logits, first_tile + tile, rz, t, false, false, false);
+        if (Lane() == 0) local += TileMassAtRowMax(r.sum, r.max, row_max);
       }
       local = BlockSumU64(local, scratch);
       const int slot = exchanges++;
@@ -594,16 +745,29 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         slots.hist_mass[buf][i] = 0;
       }
       __syncthreads();
-      for (int32_t i = tid; i < n; i += kThreads) {
-        const float zi = z[i];
-        if (with_mass && !Kept(zi, t)) continue;
-        const uint32_t key = KeyOf(zi);
-        if ((key & high_mask) != (prefix & high_mask)) continue;
-        const uint32_t bin = (key >> shift) & 0xFFu;
-        atomicAdd(&slots.hist_count[buf][bin], 1u);
-        if (with_mass) {
-          atomicAdd(&slots.hist_mass[buf][bin],
-                    static_cast<unsigned long long>(ToFixed(ExpNonPositive(FSub(zi, row_max)))));
+      // Tile by tile per warp, a lane's groups all loaded before the
+      // histogram work on them (as in the stream).
+      for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
+        const int32_t base = (first_tile + tile) * kMassTileIds + 4 * Lane();
+        float4 z4[kTileGroups];
+#pragma unroll
+        for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadZGroup(a, row_logits, base + 128 * k, rz);
+#pragma unroll
+        for (int k = 0; k < kTileGroups; ++k) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            if (base + 128 * k + q >= v_size) continue;  // past the vocabulary
+            const float zi = Get(z4[k], q);
+            if (with_mass && !Kept(zi, t)) continue;
+            const uint32_t key = KeyOf(zi);
+            if ((key & high_mask) != (prefix & high_mask)) continue;
+            const uint32_t bin = (key >> shift) & 0xFFu;
+            atomicAdd(&slots.hist_count[buf][bin], 1u);
+            if (with_mass) {
+              atomicAdd(&slots.hist_mass[buf][bin],
+                        static_cast<unsigned long long>(FixedExpNonPositive(FSub(zi, row_max))));
+            }
+          }
         }
       }
       __syncthreads();
@@ -622,10 +786,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       __syncthreads();
     };
 
-    unsigned long long mass;
-    if (b.greedy) {
-      mass = cluster_mass(kNegInf, false);
-    } else {
+    unsigned long long mass = b.mass;
+    if (!b.greedy) {
       // Top-k: the k-th largest z, by radix selection on order keys.
       if (b.top_k > 0 && b.top_k < b.allowed) {
         if (tid == 0) {
@@ -648,10 +810,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
           __syncthreads();
         }
         threshold = FromOrderKey(b.prefix);
+        mass = cluster_kept_mass(threshold);
       }
-      const bool top_p = b.top_p < 1.0f;
-      mass = cluster_mass(threshold, !top_p);
-      if (top_p) {
+      if (b.top_p < 1.0f) {
         // Top-p: the smallest kept value v with mass(z > v) < top_p * mass.
         const double limit = DMul(static_cast<double>(b.top_p), FixedToDouble(mass));
         if (tid == 0) {
@@ -680,11 +841,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
           __syncthreads();
         }
         threshold = FromOrderKey(b.prefix);
-        mass = cluster_mass(threshold, true);
+        mass = cluster_kept_mass(threshold);
       }
     }
     const float mass_f = FixedToFloat(mass);
-
     // ---- 4. The decision (same inputs in every CTA of the cluster).
     if (tid == 0) {
       int mode = 0;
@@ -738,7 +898,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     int mode = b.mode;
     const bool raw = b.raw;
 
-    // ---- 5. Exponential races over e (residual, or q itself).
+    // ---- 5. Exponential races over e = exp(z - max) (residual, or q
+    // itself), this CTA's slice streamed again with its p.
     for (int attempt = 0; mode != 0; ++attempt) {
       const bool residual = mode == 1;
       const RandomStream stream =
@@ -749,7 +910,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       const float* p_row =
           residual && !sparse ? in.draft_probs + j * in.draft_vocab_size + c0 : nullptr;
       if (residual && sparse) {
-        for (int w = tid; w < (a.chunk + 31) / 32; w += kThreads) listed[w] = 0;
+        for (int w = tid; w < (n + 31) / 32; w += kThreads) listed[w] = 0;
         __syncthreads();
         for (int32_t i = tid; i < in.draft_topk; i += kThreads) {
           const int32_t id = in.draft_topk_ids[j * in.draft_topk + i] - c0;
@@ -769,15 +930,19 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         for (int q = 0; q < 4; ++q) t[q] = 4 * g + q < n ? __ldcs(p_row + 4 * g + q) : 0.0f;
         return make_float4(t[0], t[1], t[2], t[3]);
       };
-      // The race over group g (ids c0 + 4g .. c0 + 4g + 3) with its p.
-      const auto race_group = [&](int32_t g, const float4& p4) {
-        const float4 e4 = reinterpret_cast<const float4*>(z)[g];
+      const auto load_z = [&](int32_t g) {
+        if (g >= groups) return make_float4(kNegInf, kNegInf, kNegInf, kNegInf);
+        return LoadZGroup(a, row_logits, c0 + 4 * g, rz);
+      };
+      // The race over group g (ids c0 + 4g .. c0 + 4g + 3) with its z and p.
+      const auto race_group = [&](int32_t g, const float4& z4, const float4& p4) {
         float w4[4];
         bool any = false;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int32_t i = 4 * g + q;
-          const float e = Get(e4, q);
+          const float zq = Get(z4, q);
+          const float e = Kept(zq, threshold) ? ExpNonPositive(FSub(zq, row_max)) : 0.0f;
           float w = e;
           if (residual) {
             const float pq = Get(p4, q);
@@ -806,15 +971,19 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
           }
         }
       };
-      // Four groups of p in flight per thread before the math on them.
+      // Four groups of logits and p in flight per thread before the math on them.
       constexpr int kPrefetch = 4;
       for (int32_t g0 = tid; g0 < groups; g0 += kPrefetch * kThreads) {
+        float4 z4[kPrefetch];
         float4 p4[kPrefetch];
 #pragma unroll
-        for (int u = 0; u < kPrefetch; ++u) p4[u] = load_p(g0 + u * kThreads);
+        for (int u = 0; u < kPrefetch; ++u) {
+          z4[u] = load_z(g0 + u * kThreads);
+          p4[u] = load_p(g0 + u * kThreads);
+        }
 #pragma unroll
         for (int u = 0; u < kPrefetch; ++u) {
-          if (g0 + u * kThreads < groups) race_group(g0 + u * kThreads, p4[u]);
+          if (g0 + u * kThreads < groups) race_group(g0 + u * kThreads, z4[u], p4[u]);
         }
       }
       if (residual && sparse) {
@@ -830,7 +999,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
             p = FAdd(p, in.draft_topk_probs[j * in.draft_topk + k]);
           }
           if (!first) continue;
-          const float w = ResidualWeight(z[id - c0], alpha_s, p);
+          const float zi = verify_internal::ProcessedLogit(in, row, b.mask, id, b.inv_temperature);
+          const float e = Kept(zi, threshold) ? ExpNonPositive(FSub(zi, row_max)) : 0.0f;
+          const float w = ResidualWeight(e, alpha_s, p);
           if (w <= 0.0f) continue;
           const PhiloxBlock bits = PhiloxDraw(b.seed, b.position, 0, stream,
                                               static_cast<uint32_t>(id >> 2));
@@ -876,8 +1047,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         row_done = true;
         break;
       }
-      // An empty residual (p not normalised) falls back to q itself; e is
-      // still in shared memory.
+      // An empty residual (p not normalised) falls back to q itself.
       mode = (b.race_id == kNoId && residual) ? 2 : 0;
     }
 
@@ -925,17 +1095,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       scratch.counters[0][s] = 0;
       scratch.counters[1][s] = 0;
     }
-    // Stage the rows' decisions in this CTA's (now free) shared memory when
-    // they fit: the walk over each request's rows then waits on no loads.
+    // Stage the rows' raw accepts (a byte each) in this CTA's now free tile
+    // records when they fit: the walk over each request's rows then waits on
+    // one load per request, its final row's candidate.
     const int32_t rows = in.total_q;
-    const bool staged = static_cast<int64_t>(rows) * 5 <= static_cast<int64_t>(a.chunk) * 4;
-    int32_t* staged_candidate = reinterpret_cast<int32_t*>(z);
-    uint8_t* staged_raw = reinterpret_cast<uint8_t*>(staged_candidate + rows);
+    const bool staged = static_cast<int64_t>(rows) <= static_cast<int64_t>(sizeof(records));
+    uint8_t* staged_raw = reinterpret_cast<uint8_t*>(records);
     if (staged) {
-      for (int32_t r = tid; r < rows; r += kThreads) {
-        staged_candidate[r] = __ldcg(out.candidate_token_ids + r);
-        staged_raw[r] = __ldcg(out.raw_accept + r);
-      }
+      for (int32_t r = tid; r < rows; r += kThreads) staged_raw[r] = __ldcg(out.raw_accept + r);
     }
     __syncthreads();
     for (int32_t r = tid; r < in.num_requests; r += kThreads) {
@@ -944,9 +1111,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
           [&](int32_t row) {
             return (staged ? staged_raw[row] : __ldcg(out.raw_accept + row)) != 0;
           },
-          [&](int32_t row) {
-            return staged ? staged_candidate[row] : __ldcg(out.candidate_token_ids + row);
-          },
+          [&](int32_t row) { return __ldcg(out.candidate_token_ids + row); },
           [&](int which, int32_t slot) { atomicAdd(&scratch.counters[which][slot], 1); });
     }
     __syncthreads();
@@ -997,10 +1162,8 @@ struct CheckedConfig {
 
 struct DeviceInfo {
   int sms = 0;
-  size_t smem_optin = 0;
-  size_t smem_per_sm = 0;
   bool attributes_set[2] = {false, false};
-  cudaFuncAttributes attributes[2];
+  int ctas_per_sm[2] = {0, 0};
   CheckedConfig checked[2][8];
   int next_checked[2] = {0, 0};
 };
@@ -1014,14 +1177,8 @@ LaunchStatus GetDeviceInfo(DeviceInfo** info, LaunchError* error) {
   }
   DeviceInfo& d = infos[device];
   if (d.sms == 0) {
-    int optin = 0, per_sm = 0, sms = 0;
-    VERDICT_LAUNCH_CUDA(
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    VERDICT_LAUNCH_CUDA(
-        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    int sms = 0;
     VERDICT_LAUNCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    d.smem_optin = static_cast<size_t>(optin);
-    d.smem_per_sm = static_cast<size_t>(per_sm);
     d.sms = sms;
   }
   *info = &d;
@@ -1035,47 +1192,37 @@ LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_ind
                     cudaStream_t stream, LaunchError* error) {
   KernelArgs args = args_in;
   auto kernel = VerifySampleKernel<LogitT>;
-  cudaFuncAttributes& attributes = device.attributes[dtype_index];
+  // The sparse draft lists' bitmap: one bit per id of a CTA.
+  constexpr int64_t kMaxDynamicSmem = int64_t{kMaxTilesPerCta} * kMassTileIds / 8;
   if (!device.attributes_set[dtype_index]) {
-    VERDICT_LAUNCH_CUDA(cudaFuncGetAttributes(&attributes, kernel));
-    VERDICT_LAUNCH_CUDA(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        static_cast<int>(device.smem_optin - attributes.sharedSizeBytes)));
+    VERDICT_LAUNCH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(kMaxDynamicSmem)));
     VERDICT_LAUNCH_CUDA(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    // CTAs per SM as registers allow (dense drafts need no dynamic shared
+    // memory; the cluster check below sees the real configuration).
+    int blocks = 0;
+    VERDICT_LAUNCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0));
+    device.ctas_per_sm[dtype_index] = std::max(blocks, 1);
     device.attributes_set[dtype_index] = true;
   }
-  const int64_t v = args.in.vocab_size;
+  const int64_t tiles = verify_internal::NumMassTiles(args.in.vocab_size);
   const int64_t rows = args.grid_rows;
   const bool sparse = args.in.draft_probs == nullptr;
-  const auto chunk_of = [&](int64_t splits) { return CeilDiv(CeilDiv(v, splits), 8) * 8; };
-  const auto dynamic_of = [&](int64_t splits) {
-    const int64_t chunk = chunk_of(splits);
-    return chunk * 4 + (sparse ? CeilDiv(chunk, 32) * 4 + 16 : 0);
+  const auto dynamic_of = [&](int64_t tiles_per_cta) {
+    return sparse ? tiles_per_cta * kMassTileIds / 8 : int64_t{0};
   };
-  const int64_t static_smem = static_cast<int64_t>(attributes.sharedSizeBytes);
-  const int64_t fixed = static_smem + 1024;  // + the per-CTA reservation
-  const int64_t one_per_sm = std::min(static_cast<int64_t>(device.smem_optin) - static_smem,
-                                      static_cast<int64_t>(device.smem_per_sm) - fixed);
-  // The fewest CTAs per row that let kCtasPerSm CTAs share an SM; else 1.
-  int64_t min_splits = 0;
-  for (const int64_t per_sm : {int64_t{kCtasPerSm}, int64_t{1}}) {
-    const int64_t budget = per_sm == 1
-                               ? one_per_sm
-                               : static_cast<int64_t>(device.smem_per_sm) / per_sm - fixed;
-    for (int64_t s = 1; s <= kMaxSplits && min_splits == 0; ++s) {
-      if (dynamic_of(s) <= budget) min_splits = s;
-    }
-  }
-  if (min_splits == 0) {
+  const int64_t min_splits = CeilDiv(tiles, kMaxTilesPerCta);
+  if (min_splits > kMaxSplits) {
     return Fail(error, LaunchStatus::kUnsupported,
-                "verify sampler: vocabulary " + std::to_string(v) + " does not fit " +
-                    std::to_string(kMaxSplits) + " CTAs of shared memory");
+                "verify sampler: vocabulary " + std::to_string(args.in.vocab_size) +
+                    " does not fit " + std::to_string(kMaxSplits) + " CTAs");
   }
-  // Enough CTAs to fill every SM's CTA slots, each with at least 2048 ids.
-  int64_t splits = std::max(min_splits, CeilDiv(kCtasPerSm * device.sms, rows));
-  splits = std::min<int64_t>(splits, std::max(min_splits, CeilDiv(v, 2048)));
-  splits = std::min<int64_t>(splits, kMaxSplits);
+  // Enough CTAs to fill every SM's CTA slots, at least one tile each, and
+  // slices short enough that a pass after the first finds them in L2.
+  const int64_t slots = int64_t{device.ctas_per_sm[dtype_index]} * device.sms;
+  int64_t splits = std::max({min_splits, CeilDiv(slots, rows), CeilDiv(tiles, kTargetTilesPerCta)});
+  splits = std::min({splits, int64_t{kMaxSplits}, tiles});
 
   cudaLaunchConfig_t config = {};
   cudaLaunchAttribute attribute[1];
@@ -1085,14 +1232,17 @@ LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_ind
   config.attrs = attribute;
   config.numAttrs = 1;
   for (;;) {
+    // No CTA without tiles: as many CTAs as the tiles per CTA need.
+    const int64_t tiles_per_cta = CeilDiv(tiles, splits);
+    splits = CeilDiv(tiles, tiles_per_cta);
     args.splits = static_cast<int32_t>(splits);
-    args.chunk = static_cast<int32_t>(chunk_of(splits));
+    args.tiles_per_cta = static_cast<int32_t>(tiles_per_cta);
+    const int64_t dynamic = dynamic_of(tiles_per_cta);
     config.gridDim = dim3(static_cast<unsigned>(rows * splits), 1, 1);
-    config.dynamicSmemBytes = static_cast<size_t>(dynamic_of(splits));
+    config.dynamicSmemBytes = static_cast<size_t>(dynamic);
     attribute[0].val.clusterDim.x = static_cast<unsigned>(splits);
     attribute[0].val.clusterDim.y = 1;
     attribute[0].val.clusterDim.z = 1;
-    const int64_t dynamic = dynamic_of(splits);
     const CheckedConfig* known = nullptr;
     for (const CheckedConfig& c : device.checked[dtype_index]) {
       if (c.splits == splits && c.dynamic_smem == dynamic) known = &c;
@@ -1106,7 +1256,7 @@ LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_ind
       known = &slot;
     }
     if (known->fits) break;
-    if (splits == min_splits) {
+    if (splits <= min_splits) {
       return Fail(error, LaunchStatus::kUnsupported,
                   "verify sampler: no cluster of " + std::to_string(splits) +
                       " CTAs fits this GPU");
@@ -1165,7 +1315,7 @@ LaunchStatus LaunchVerifySample(const VerifyInputs& in, VerifyOutputs* out, void
   args.vector_probs = in.draft_probs != nullptr && in.vocab_size % 4 == 0 &&
                       reinterpret_cast<uintptr_t>(in.draft_probs) % 16 == 0;
   args.splits = 1;
-  args.chunk = 8;
+  args.tiles_per_cta = 1;
   const cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   const LaunchStatus status = bf16 ? Launch<uint16_t>(args, *device, 1, stream, &error)
                                    : Launch<float>(args, *device, 0, stream, &error);

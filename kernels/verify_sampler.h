@@ -23,8 +23,12 @@
 //    keeps the ids with z >= the k-th largest z (ties at the threshold are all
 //    kept); top-p then keeps the ids whose value v has
 //    mass(z > v) < top_p * mass(top-k set) (ties kept together, the largest
-//    value always kept); q = softmax over the kept ids. Masses are sums of
-//    exp(z - max z) in 2^-40 fixed point (kernels/sampling_math.h).
+//    value always kept); q = softmax over the kept ids. Weights are
+//    exp(z - max z) in 2^-40 fixed point (kernels/sampling_math.h). The
+//    mass of a set of ids is summed by tiles of 1024 ids, each relative to
+//    its own maximum and then rescaled to the row's
+//    (verify_internal::TileMassAtRowMax); the masses of top-p's walk,
+//    mass(z > v), add each id's weight relative to the row maximum.
 //  * Verify row, T > 0: accept draft d iff u * p(d) < q(d), u from Philox
 //    stream kAccept, i.e. with probability min(1, q/p) (seed 000, rule 1). On
 //    reject the row samples from max(q - alpha p, 0), alpha = exp(-penalty):

@@ -322,6 +322,32 @@ VERDICT_HD float KeptLogprob(float z, float row_max, float mass) {
   return sampling_math::FSub(sampling_math::FSub(z, row_max), sampling_math::LogPositive(mass));
 }
 
+// ---------------------------------------------------------------- mass
+
+// The kept mass S of a row is summed by tiles of kMassTileIds consecutive
+// ids (tile t holds ids [t * kMassTileIds, (t + 1) * kMassTileIds)). A tile
+// sums the 2^-40 fixed-point weights exp(z - m_t) of its kept ids relative to
+// its own kept maximum m_t, and that sum is scaled to the row maximum M by
+// TileMassAtRowMax. A tile's sum needs nothing outside the tile, so the
+// kernel reads each logit once, without a first pass for M, and integer
+// addition keeps the total independent of how tiles are spread over threads,
+// CTAs and backends.
+inline constexpr int32_t kMassTileIds = 1024;
+
+VERDICT_HD int32_t NumMassTiles(int32_t vocab_size) {
+  return (vocab_size + kMassTileIds - 1) / kMassTileIds;
+}
+
+// A tile's fixed-point sum relative to its maximum, rescaled to the row's:
+// round(sum * exp(m_t - M)), the product in double (exact to 2^-53, one
+// rounding on both backends). The tile holding M contributes its sum as is.
+VERDICT_HD uint64_t TileMassAtRowMax(uint64_t tile_sum, float tile_max, float row_max) {
+  if (tile_sum == 0) return 0;
+  const float scale = sampling_math::ExpNonPositive(sampling_math::FSub(tile_max, row_max));
+  return sampling_math::DoubleToFixed(
+      sampling_math::DMul(sampling_math::FixedToDouble(tile_sum), static_cast<double>(scale)));
+}
+
 // The uniform of the acceptance test of the row at `position`.
 VERDICT_HD float AcceptUniform(uint64_t seed, int64_t position) {
   return UniformOpen01(PhiloxDraw(seed, position, 0, RandomStream::kAccept, 0).v[0]);

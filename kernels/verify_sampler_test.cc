@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/philox.h"
+#include "kernels/verify_sampler_internal.h"
 #include "kernels/verify_step.h"
 
 namespace verdict {
@@ -375,6 +376,56 @@ TEST(VerifySamplerTest, EveryEmittedPositionFollowsItsTarget) {
     ASSERT_GT(reached[k], 1000) << "position " << k;
     ExpectFollows(counts[k], q[k], reached[k], absl::StrCat("position ", k));
   }
+}
+
+// The mass is summed by tiles of 1024 ids, each relative to its own
+// maximum (verify_internal::TileMassAtRowMax). Here q's support spans four
+// tiles whose maxima differ by up to 2.3 nats (the last tile partial, one
+// tile empty): acceptance, the emitted tokens and the logprobs must still
+// follow q.
+TEST(VerifySamplerTest, TargetSpreadOverMassTilesIsFollowed) {
+  const int32_t v = 3100;  // tiles 0..3, the last of 28 ids
+  const std::vector<std::pair<int32_t, double>> support = {
+      {5, 0.05}, {1500, 0.4}, {2047, 0.2}, {2048, 0.25}, {3090, 0.1}};
+  std::vector<double> q(v, 0.0), p(v, 0.0);
+  for (const auto& [id, prob] : support) q[id] = prob;
+  // The draft also proposes ids the target never emits.
+  for (const int32_t id : {5, 1500, 2047, 2048, 3090, 7, 1024, 3099}) p[id] = 1.0;
+  p = Normalised(p);
+  const int64_t n = 4000;
+  std::mt19937_64 gen(31337);
+  HostVerifyStep step(v, SamplerConfig{.nextn = 1});
+  for (int64_t t = 0; t < n; ++t) {
+    VerifyRequest r;
+    r.logits = {LogitsOf(q), LogitsOf(q)};
+    r.draft_token_ids = {SampleFrom(p, gen)};
+    r.draft_probs = {ToFloat(p)};
+    r.seed = 7919ull * static_cast<uint64_t>(t) + 3;
+    step.Add(r);
+  }
+  const HostVerifyOutputs out = RunCpu(step);
+  std::vector<int64_t> counts(v, 0);
+  for (int64_t t = 0; t < n; ++t) {
+    ++counts[out.last_valid_offset[t] == 1 ? out.verified_token_ids[2 * t]
+                                           : out.sampled_token_ids[t]];
+    const int32_t row = static_cast<int32_t>(2 * t);
+    const int32_t c = out.candidate_token_ids[row];
+    ASSERT_GE(c, 0);
+    EXPECT_NEAR(out.token_logprobs[row], std::log(q[c]), 2e-6) << "row " << row;
+  }
+  ExpectFollows(counts, q, n, "q over four tiles");
+}
+
+TEST(VerifySamplerTest, TileMassIsRescaledToTheRowMaximum) {
+  const uint64_t one = uint64_t{1} << 40;
+  // The tile holding the row maximum contributes its sum unchanged.
+  EXPECT_EQ(verify_internal::TileMassAtRowMax(3 * one + 12345, 2.5f, 2.5f), 3 * one + 12345);
+  EXPECT_EQ(verify_internal::TileMassAtRowMax(0, -1.0f, 2.5f), 0u);
+  // A tile whose maximum is ln 2 below the row's counts half.
+  const double half = static_cast<double>(verify_internal::TileMassAtRowMax(
+                          4 * one, 1.0f - static_cast<float>(std::log(2.0)), 1.0f)) /
+                      static_cast<double>(one);
+  EXPECT_NEAR(half, 2.0, 1e-6);
 }
 
 TEST(VerifySamplerTest, EmptyResidualFallsBackToTheTarget) {
