@@ -104,19 +104,16 @@ __global__ void __launch_bounds__(kRopeThreads) RopeKvCacheWriteKernel(
     slot_offset = KvSlot(block_tables, layout, req, position) * width;
   }
   if (rotates) {
-    const int head = x / half;
-    const int i = x - head * half;
-    __nv_bfloat16* base =
-        head < num_heads
-            ? q + token * q_token_stride + static_cast<int64_t>(head) * head_dim
-            : k + token * k_token_stride + static_cast<int64_t>(head - num_heads) * head_dim;
+    const model_internal::RopePairSlot slot = model_internal::LocateRopePair(
+        q, q_token_stride, k, k_token_stride, num_heads, head_dim, token, x);
+    const int i = slot.i;
     const model_internal::RopePair r =
-        model_internal::RotateRopePair(base[i], base[i + half], position, inv_freq[i]);
-    base[i] = r.lo;
-    base[i + half] = r.hi;
+        model_internal::RotateRopePair(slot.base[i], slot.base[i + half], position, inv_freq[i]);
+    slot.base[i] = r.lo;
+    slot.base[i + half] = r.hi;
     if (stores_k) {
       __nv_bfloat16* dst =
-          k_cache + slot_offset + static_cast<int64_t>(head - num_heads) * head_dim;
+          k_cache + slot_offset + static_cast<int64_t>(slot.head - num_heads) * head_dim;
       dst[i] = r.lo;
       dst[i + half] = r.hi;
     }

@@ -29,16 +29,13 @@ __global__ void __launch_bounds__(kThreads)
   const int pair = blockIdx.x * kThreads + threadIdx.x;
   if (pair >= (num_heads + num_kv_heads) * half) return;
   const int token = blockIdx.y;
-  const int head = pair / half;
-  const int i = pair - head * half;
-  __nv_bfloat16* base =
-      head < num_heads
-          ? q + token * q_token_stride + static_cast<int64_t>(head) * head_dim
-          : k + token * k_token_stride + static_cast<int64_t>(head - num_heads) * head_dim;
-  const model_internal::RopePair r =
-      model_internal::RotateRopePair(base[i], base[i + half], positions[token], inv_freq[i]);
-  base[i] = r.lo;
-  base[i + half] = r.hi;
+  const model_internal::RopePairSlot slot = model_internal::LocateRopePair(
+      q, q_token_stride, k, k_token_stride, num_heads, head_dim, token, pair);
+  const int i = slot.i;
+  const model_internal::RopePair r = model_internal::RotateRopePair(
+      slot.base[i], slot.base[i + half], positions[token], inv_freq[i]);
+  slot.base[i] = r.lo;
+  slot.base[i + half] = r.hi;
 }
 
 }  // namespace
