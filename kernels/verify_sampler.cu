@@ -30,6 +30,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -71,6 +72,8 @@ static_assert(int64_t{kMaxSplits} * kMaxTilesPerCta * kMassTileIds >= kMaxVocabS
 // their slices at the same time, so a slice this short is still in L2 when
 // its row's race reads it again.
 constexpr int kTargetTilesPerCta = 32;
+// verify_internal::SetTargetTilesPerCta's value (0: kTargetTilesPerCta).
+std::atomic<int32_t> target_tiles_override{0};
 // A lane's part of a tile: kTileGroups groups of four consecutive ids, the
 // warp's groups 128 ids apart (coalesced 16-byte loads).
 constexpr int kTileGroups = kMassTileIds / 128;
@@ -1221,7 +1224,9 @@ LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_ind
   // Enough CTAs to fill every SM's CTA slots, at least one tile each, and
   // slices short enough that a pass after the first finds them in L2.
   const int64_t slots = int64_t{device.ctas_per_sm[dtype_index]} * device.sms;
-  int64_t splits = std::max({min_splits, CeilDiv(slots, rows), CeilDiv(tiles, kTargetTilesPerCta)});
+  const int32_t target_override = target_tiles_override.load(std::memory_order_relaxed);
+  const int64_t target_tiles = target_override > 0 ? target_override : kTargetTilesPerCta;
+  int64_t splits = std::max({min_splits, CeilDiv(slots, rows), CeilDiv(tiles, target_tiles)});
   splits = std::min({splits, int64_t{kMaxSplits}, tiles});
 
   cudaLaunchConfig_t config = {};
@@ -1270,6 +1275,10 @@ LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_ind
 }  // namespace
 
 namespace verify_internal {
+
+void SetTargetTilesPerCta(int32_t tiles) {
+  target_tiles_override.store(tiles > 0 ? tiles : 0, std::memory_order_relaxed);
+}
 
 LaunchStatus LaunchVerifySample(const VerifyInputs& in, VerifyOutputs* out, void* cuda_stream,
                                 uint64_t* step_error_key, std::string* message) {

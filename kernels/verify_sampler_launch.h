@@ -24,6 +24,11 @@ enum class LaunchStatus : int32_t {
 LaunchStatus LaunchVerifySample(const VerifyInputs& in, VerifyOutputs* out, void* cuda_stream,
                                 uint64_t* step_error_key, std::string* message);
 
+// Tuning for benchmarks: how many mass tiles a CTA of the kernel aims for
+// (0 restores the default, kTargetTilesPerCta in verify_sampler.cu).
+// Process-wide; verify_sampler_benchmark --tiles_per_cta sweeps it.
+void SetTargetTilesPerCta(int32_t tiles);
+
 }  // namespace verify_internal
 }  // namespace verdict
 

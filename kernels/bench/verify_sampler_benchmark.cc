@@ -2,7 +2,8 @@
 //
 // Steps of R requests x (nextn + 1) rows (nextn 5: 6 .. 2046 rows; R = 0
 // means one row with no drafts), vocabularies 32000 and 151936, dense draft
-// distributions, temperature 1. Inputs are random, drafts random tokens, so
+// distributions, temperature 1 and no top-p (--temperature and --top_p change
+// them for every request). Inputs are random, drafts random tokens, so
 // most requests reject their first draft, whose row then reads its whole p. Each size is timed with CUDA events over
 // back-to-back launches and over CUDA-graph replays (launch gaps shrink),
 // rotating among input copies so that small steps are not served from L2.
@@ -11,6 +12,8 @@
 // each request's final row where that row rejected its draft) over the device-to-device copy bandwidth measured
 // in the same run (bytes read plus bytes written). Prints a table and writes
 // the same numbers as JSON (--json_out) for kernels/bench/verify_sample_peers.py.
+// --tiles_per_cta times every size again at other splits of a row over a
+// cluster (the JSON's "tiles_sweep"), for tuning the launcher's default.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -32,6 +35,7 @@
 #include "kernels/bench/verify_bench_inputs.h"
 #include "kernels/cuda_check.h"
 #include "kernels/verify_sampler.h"
+#include "kernels/verify_sampler_launch.h"
 #include "kernels/verify_step.h"
 #include "kernels/verify_step_device.h"
 #include "nlohmann/json.hpp"
@@ -43,6 +47,14 @@ ABSL_FLAG(std::string, requests, "0,1,2,4,8,16,32,64,128,256,341",
 ABSL_FLAG(int, nextn, 5, "drafts per request");
 ABSL_FLAG(int, launches, 20, "launches per timed batch");
 ABSL_FLAG(int, repeats, 9, "timed batches per size (the median is reported)");
+ABSL_FLAG(float, temperature, 1.0f,
+          "every request's temperature (0 = greedy; verify_sample_peers.py's peers stay at 1)");
+ABSL_FLAG(float, top_p, 1.0f,
+          "every request's top-p (1 = off; below 1 runs the selection passes; the peers stay "
+          "at 1)");
+ABSL_FLAG(std::string, tiles_per_cta, "",
+          "comma-separated mass tiles a CTA aims for, each timed after the default "
+          "(kernels/verify_sampler_launch.h: SetTargetTilesPerCta); empty: the default only");
 
 namespace verdict {
 namespace {
@@ -100,8 +112,8 @@ Result RunCase(int vocab, int requests, int nextn, cudaStream_t stream, double c
     seqlens.push_back(seqlen);
     verify_lens.push_back(-1);
     top_ks.push_back(0);
-    top_ps.push_back(1.0f);
-    temperatures.push_back(1.0f);
+    top_ps.push_back(absl::GetFlag(FLAGS_top_p));
+    temperatures.push_back(absl::GetFlag(FLAGS_temperature));
     seeds.push_back(gen());
     positions.push_back(static_cast<int64_t>(gen() % 100000));
     for (int k = 0; k + 1 < seqlen; ++k) draft_ids.push_back(static_cast<int32_t>(gen() % vocab));
@@ -251,37 +263,56 @@ int Main() {
   const double copy_gbps = CopyBandwidthGBps(stream);
   std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, copy_gbps);
-  std::printf("%7s %5s %6s %9s %9s %9s %8s %7s\n", "vocab", "reqs", "rows", "rejected",
-              "us", "us_graph", "GB/s", "%copy");
-  nlohmann::json results = nlohmann::json::array();
-  for (const int vocab : ParseSizeList(absl::GetFlag(FLAGS_vocab_sizes), 1)) {
-    for (const int requests : ParseSizeList(absl::GetFlag(FLAGS_requests), 0)) {
-      const Result r = RunCase(vocab, requests, absl::GetFlag(FLAGS_nextn), stream, copy_gbps);
-      const double best = r.us_graph > 0 ? std::min(r.us_graph, r.us_stream) : r.us_stream;
-      const double gbps = r.bytes_min / (best * 1e-6) / 1e9;
-      std::printf("%7d %5d %6d %9d %9.1f %9.1f %8.0f %6.1f%%\n", r.vocab, r.requests, r.rows,
-                  r.rejected_rows, r.us_stream, r.us_graph, gbps, 100.0 * gbps / copy_gbps);
-      std::fflush(stdout);
-      results.push_back({{"vocab", r.vocab},
-                         {"requests", r.requests},
-                         {"rows", r.rows},
-                         {"verify_rows", r.verify_rows},
-                         {"rejected_rows", r.rejected_rows},
-                         {"residual_rows", r.residual_rows},
-                         {"us_stream", r.us_stream},
-                         {"us_graph", r.us_graph},
-                         {"us", best},
-                         {"bytes_min", r.bytes_min},
-                         {"bytes_all_inputs", r.bytes_all},
-                         {"gbps", gbps},
-                         {"fraction_of_copy", gbps / copy_gbps}});
+  // One pass over every size: the launcher's default split, then each
+  // --tiles_per_cta value.
+  const auto run_sizes = [&](int tiles_per_cta) {
+    verify_internal::SetTargetTilesPerCta(tiles_per_cta);
+    std::printf("%s\n", tiles_per_cta > 0
+                            ? ("tiles per CTA: " + std::to_string(tiles_per_cta)).c_str()
+                            : "tiles per CTA: the launcher's default");
+    std::printf("%7s %5s %6s %9s %9s %9s %8s %7s\n", "vocab", "reqs", "rows", "rejected",
+                "us", "us_graph", "GB/s", "%copy");
+    nlohmann::json results = nlohmann::json::array();
+    for (const int vocab : ParseSizeList(absl::GetFlag(FLAGS_vocab_sizes), 1)) {
+      for (const int requests : ParseSizeList(absl::GetFlag(FLAGS_requests), 0)) {
+        const Result r = RunCase(vocab, requests, absl::GetFlag(FLAGS_nextn), stream, copy_gbps);
+        const double best = r.us_graph > 0 ? std::min(r.us_graph, r.us_stream) : r.us_stream;
+        const double gbps = r.bytes_min / (best * 1e-6) / 1e9;
+        std::printf("%7d %5d %6d %9d %9.1f %9.1f %8.0f %6.1f%%\n", r.vocab, r.requests, r.rows,
+                    r.rejected_rows, r.us_stream, r.us_graph, gbps, 100.0 * gbps / copy_gbps);
+        std::fflush(stdout);
+        results.push_back({{"vocab", r.vocab},
+                           {"requests", r.requests},
+                           {"rows", r.rows},
+                           {"verify_rows", r.verify_rows},
+                           {"rejected_rows", r.rejected_rows},
+                           {"residual_rows", r.residual_rows},
+                           {"us_stream", r.us_stream},
+                           {"us_graph", r.us_graph},
+                           {"us", best},
+                           {"bytes_min", r.bytes_min},
+                           {"bytes_all_inputs", r.bytes_all},
+                           {"gbps", gbps},
+                           {"fraction_of_copy", gbps / copy_gbps},
+                           {"tiles_per_cta", tiles_per_cta}});
+      }
     }
+    verify_internal::SetTargetTilesPerCta(0);
+    return results;
+  };
+  const nlohmann::json results = run_sizes(0);
+  nlohmann::json sweep = nlohmann::json::array();
+  for (const int tiles : ParseSizeList(absl::GetFlag(FLAGS_tiles_per_cta), 1)) {
+    for (const nlohmann::json& r : run_sizes(tiles)) sweep.push_back(r);
   }
   nlohmann::json report = {{"device", prop.name},
                            {"sms", prop.multiProcessorCount},
                            {"copy_bandwidth_gbps", copy_gbps},
                            {"nextn", absl::GetFlag(FLAGS_nextn)},
-                           {"results", results}};
+                           {"temperature", absl::GetFlag(FLAGS_temperature)},
+                           {"top_p", absl::GetFlag(FLAGS_top_p)},
+                           {"results", results},
+                           {"tiles_sweep", sweep}};
   std::ofstream(absl::GetFlag(FLAGS_json_out)) << report.dump(2) << "\n";
   std::printf("wrote %s\n", absl::GetFlag(FLAGS_json_out).c_str());
   return 0;
