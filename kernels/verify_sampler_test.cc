@@ -309,28 +309,41 @@ std::vector<PairCase> RandomPairs() {
   return cases;
 }
 
+// n requests of one draft each: target q on both rows, the draft drawn from
+// p (generator seeded with gen_seed; request seeds 1000003 t + 17, positions
+// t % 97). Request t's rows are 2t and 2t + 1.
+HostVerifyOutputs RunOneDraftEach(const std::vector<double>& q, const std::vector<double>& p,
+                                  int64_t n, uint64_t gen_seed) {
+  std::mt19937_64 gen(gen_seed);
+  HostVerifyStep step(static_cast<int32_t>(q.size()), SamplerConfig{.nextn = 1});
+  for (int64_t t = 0; t < n; ++t) {
+    VerifyRequest r;
+    r.logits = {LogitsOf(q), LogitsOf(q)};
+    r.draft_token_ids = {SampleFrom(p, gen)};
+    r.draft_probs = {ToFloat(p)};
+    r.seed = 1000003ull * static_cast<uint64_t>(t) + 17;
+    r.position = t % 97;
+    step.Add(r);
+  }
+  return RunCpu(step);
+}
+
+// How often each id was the first token emitted (the accepted draft, else
+// the sampled token) over RunOneDraftEach's n requests.
+std::vector<int64_t> FirstTokenCounts(const HostVerifyOutputs& out, int64_t n, size_t vocab) {
+  std::vector<int64_t> counts(vocab, 0);
+  for (int64_t t = 0; t < n; ++t) {
+    ++counts[out.last_valid_offset[t] == 1 ? out.verified_token_ids[2 * t]
+                                           : out.sampled_token_ids[t]];
+  }
+  return counts;
+}
+
 TEST(VerifySamplerTest, EmittedTokenFollowsTargetWithinSeedBound) {
   const int64_t n = 20000;
   for (const PairCase& c : RandomPairs()) {
-    const int32_t v = static_cast<int32_t>(c.q.size());
-    std::mt19937_64 gen(777);
-    HostVerifyStep step(v, SamplerConfig{.nextn = 1});
-    for (int64_t t = 0; t < n; ++t) {
-      VerifyRequest r;
-      r.logits = {LogitsOf(c.q), LogitsOf(c.q)};
-      r.draft_token_ids = {SampleFrom(c.p, gen)};
-      r.draft_probs = {ToFloat(c.p)};
-      r.seed = 1000003ull * static_cast<uint64_t>(t) + 17;
-      r.position = t % 97;
-      step.Add(r);
-    }
-    const HostVerifyOutputs out = RunCpu(step);
-    std::vector<int64_t> counts(v, 0);
-    for (int64_t t = 0; t < n; ++t) {
-      ++counts[out.last_valid_offset[t] == 1 ? out.verified_token_ids[2 * t]
-                                             : out.sampled_token_ids[t]];
-    }
-    ExpectFollows(counts, c.q, n, c.name);
+    const HostVerifyOutputs out = RunOneDraftEach(c.q, c.p, n, 777);
+    ExpectFollows(FirstTokenCounts(out, n, c.q.size()), c.q, n, c.name);
   }
 }
 
@@ -380,39 +393,27 @@ TEST(VerifySamplerTest, EveryEmittedPositionFollowsItsTarget) {
 
 // The mass is summed by tiles of 1024 ids, each relative to its own
 // maximum (verify_internal::TileMassAtRowMax). Here q's support spans four
-// tiles whose maxima differ by up to 2.3 nats (the last tile partial, one
-// tile empty): acceptance, the emitted tokens and the logprobs must still
-// follow q.
+// of five tiles, whose maxima differ by up to 2.1 nats; tile 3 holds no
+// support (its maximum is a logit of -1e30) and the last tile is partial.
+// Acceptance, the emitted tokens and the logprobs must still follow q.
 TEST(VerifySamplerTest, TargetSpreadOverMassTilesIsFollowed) {
-  const int32_t v = 3100;  // tiles 0..3, the last of 28 ids
+  const int32_t v = 4200;  // tiles 0..4, the last of 104 ids
   const std::vector<std::pair<int32_t, double>> support = {
-      {5, 0.05}, {1500, 0.4}, {2047, 0.2}, {2048, 0.25}, {3090, 0.1}};
+      {5, 0.05}, {1500, 0.4}, {2047, 0.2}, {2048, 0.25}, {4150, 0.1}};
   std::vector<double> q(v, 0.0), p(v, 0.0);
   for (const auto& [id, prob] : support) q[id] = prob;
   // The draft also proposes ids the target never emits.
-  for (const int32_t id : {5, 1500, 2047, 2048, 3090, 7, 1024, 3099}) p[id] = 1.0;
+  for (const int32_t id : {5, 1500, 2047, 2048, 4150, 7, 1024, 3099, 4199}) p[id] = 1.0;
   p = Normalised(p);
   const int64_t n = 4000;
-  std::mt19937_64 gen(31337);
-  HostVerifyStep step(v, SamplerConfig{.nextn = 1});
+  const HostVerifyOutputs out = RunOneDraftEach(q, p, n, 31337);
   for (int64_t t = 0; t < n; ++t) {
-    VerifyRequest r;
-    r.logits = {LogitsOf(q), LogitsOf(q)};
-    r.draft_token_ids = {SampleFrom(p, gen)};
-    r.draft_probs = {ToFloat(p)};
-    r.seed = 7919ull * static_cast<uint64_t>(t) + 3;
-    step.Add(r);
-  }
-  const HostVerifyOutputs out = RunCpu(step);
-  std::vector<int64_t> counts(v, 0);
-  for (int64_t t = 0; t < n; ++t) {
-    ++counts[out.last_valid_offset[t] == 1 ? out.verified_token_ids[2 * t]
-                                           : out.sampled_token_ids[t]];
     const int32_t row = static_cast<int32_t>(2 * t);
     const int32_t c = out.candidate_token_ids[row];
     ASSERT_GE(c, 0);
     EXPECT_NEAR(out.token_logprobs[row], std::log(q[c]), 2e-6) << "row " << row;
   }
+  const std::vector<int64_t> counts = FirstTokenCounts(out, n, q.size());
   ExpectFollows(counts, q, n, "q over four tiles");
 }
 
