@@ -339,8 +339,10 @@ VERDICT_HD int32_t NumMassTiles(int32_t vocab_size) {
 }
 
 // A tile's fixed-point sum relative to its maximum, rescaled to the row's:
-// round(sum * exp(m_t - M)), the product in double (exact to 2^-53, one
-// rounding on both backends). The tile holding M contributes its sum as is.
+// round(sum * exp(m_t - M)), the product taken in double (a tile's sum stays
+// below 2^53, so it converts exactly) and rounded to an integer, IEEE
+// operations that both backends round alike. The tile holding M contributes
+// its sum as is.
 VERDICT_HD uint64_t TileMassAtRowMax(uint64_t tile_sum, float tile_max, float row_max) {
   if (tile_sum == 0) return 0;
   const float scale = sampling_math::ExpNonPositive(sampling_math::FSub(tile_max, row_max));
