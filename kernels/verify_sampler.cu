@@ -186,6 +186,24 @@ __device__ __forceinline__ bool MaxBeats(float v, int32_t id, float best, int32_
   return v > best || (v == best && id < best_id);
 }
 
+// Warp reductions: every lane holds the result.
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  return v;
+}
+__device__ __forceinline__ int32_t WarpMin(int32_t v) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  return v;
+}
+__device__ __forceinline__ int32_t WarpSum(int32_t v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+__device__ __forceinline__ unsigned long long WarpSumU64(unsigned long long v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+
 // Block reductions; the result is valid in thread 0. They end with a
 // barrier so the scratch can be reused at once.
 __device__ void BlockRaceBest(float* key, int32_t* id, Scratch& s) {
@@ -214,7 +232,7 @@ __device__ void BlockRaceBest(float* key, int32_t* id, Scratch& s) {
 }
 
 __device__ int32_t BlockMinInt(int32_t v, Scratch& s) {
-  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  v = WarpMin(v);
   if (Lane() == 0) s.j[Warp()] = v;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -225,7 +243,7 @@ __device__ int32_t BlockMinInt(int32_t v, Scratch& s) {
 }
 
 __device__ unsigned long long BlockSumU64(unsigned long long v, Scratch& s) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  v = WarpSumU64(v);
   if (Lane() == 0) s.u[Warp()] = v;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -363,23 +381,6 @@ struct TileResult {
   int32_t allowed;         // ids with z > -inf before the threshold (count_allowed)
   int32_t bad;             // lowest id whose z is not finite (check_finite), else kNoId
 };
-
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
-}
-__device__ __forceinline__ int32_t WarpMin(int32_t v) {
-  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
-}
-__device__ __forceinline__ int32_t WarpSum(int32_t v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
-__device__ __forceinline__ unsigned long long WarpSumU64(unsigned long long v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
 
 // One warp streams mass tile `tile` of the row: each lane loads its
 // kTileValues ids (all loads issued before any arithmetic), then the tile's
@@ -568,10 +569,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     // the other warps already stream.
     if (Warp() == 0) {
       if (Lane() == 0) {
-        const float t = verify_internal::Temperature(in, b.info.request);
-        b.greedy = t == 0.0f;
-        b.inv_temperature = InverseTemperature(t);
-        b.top_k = verify_internal::TopK(in, b.info.request);
+        const verify_internal::RowSampling sampling = verify_internal::SamplingOf(in, b.info.request);
+        b.greedy = sampling.greedy;
+        b.inv_temperature = sampling.inv_temperature;
+        b.top_k = sampling.top_k;
         next_tile = 0;
       }
       int32_t first = kNoId;
@@ -597,8 +598,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     const bool find_argmax = b.greedy;
     const bool count_allowed = !b.greedy && b.top_k > 0;
     if (Warp() == 0 && Lane() == 0) {
-      // The same function the CPU twin calls; greedy, temperature and top-k
-      // were read above from the same arrays.
+      // The same function the CPU twin calls (its greedy, temperature and
+      // top-k are SamplingOf's, read above).
       const RowSetup s = verify_internal::SetupLocatedRow(in, row, b.info);
       b.top_p = s.top_p;
       b.seed = s.seed;

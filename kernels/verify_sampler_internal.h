@@ -236,16 +236,29 @@ struct RowSetup {
   uint64_t error_key = 0;
 };
 
+// How request r's rows turn logits into q (the part of RowSetup that the
+// kernel's stream needs before the rest of the setup is known).
+struct RowSampling {
+  bool greedy;
+  float inv_temperature;
+  int32_t top_k;
+};
+
+VERDICT_HD RowSampling SamplingOf(const VerifyInputs& in, int r) {
+  const float t = Temperature(in, r);
+  return RowSampling{t == 0.0f, sampling_math::InverseTemperature(t), TopK(in, r)};
+}
+
 // The rest of a row's setup, once its RowInfo is known.
 VERDICT_HD RowSetup SetupLocatedRow(const VerifyInputs& in, int32_t row, const RowInfo& info) {
   RowSetup s;
   s.info = info;
   if (s.info.kind == RowKind::kUncovered || s.info.kind == RowKind::kSkipped) return s;
   const int r = s.info.request;
-  const float t = Temperature(in, r);
-  s.greedy = t == 0.0f;
-  s.inv_temperature = sampling_math::InverseTemperature(t);
-  s.top_k = TopK(in, r);
+  const RowSampling sampling = SamplingOf(in, r);
+  s.greedy = sampling.greedy;
+  s.inv_temperature = sampling.inv_temperature;
+  s.top_k = sampling.top_k;
   s.top_p = TopP(in, r);
   s.seed = Seed(in, r);
   s.position = Position(in, r) + s.info.local_step;
