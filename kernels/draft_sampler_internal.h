@@ -57,7 +57,7 @@ VERDICT_HD bool TopKActive(int32_t top_k, int32_t vocab_size) {
 // normaliser, the top-p walk) is summed in, so that a sum is the same in any
 // order of addition.
 VERDICT_HD uint64_t FixedWeight(float z, float row_max) {
-  return sampling_math::ToFixed(sampling_math::ExpNonPositive(sampling_math::FSub(z, row_max)));
+  return sampling_math::FixedExpNonPositive(sampling_math::FSub(z, row_max));
 }
 
 // p of one id: exp(z - max) / mass over the kept ids (z >= threshold), 0

@@ -94,7 +94,7 @@ float TopPThreshold(const std::vector<float>& z, float row_max, float threshold,
     size_t j = i;
     uint64_t group = 0;
     while (j < kept.size() && kept[j] == kept[i]) {
-      group += ToFixed(ExpNonPositive(FSub(kept[j], row_max)));
+      group += FixedExpNonPositive(FSub(kept[j], row_max));
       ++j;
     }
     if (!(FixedToDouble(above) < limit)) break;
