@@ -24,7 +24,7 @@ TMP = os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp()
 
 HELP_WITHOUT = """verdict: speculative decoding serving runtime.
 
-  Flags from runtime/engine_flags.cc:
+  Flags from runtime/cli/engine_flags.cc:
     --verify_mode (static (verify every draft), cap-accept or compact; unlike
       --disable_overlap_schedule elsewhere this has no overlap); default: "static";
 """

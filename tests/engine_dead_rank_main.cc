@@ -28,8 +28,8 @@
 #include "absl/strings/str_cat.h"
 #include "comm/communicator.h"
 #include "comm/testing/mpi_world.h"
-#include "runtime/engine.h"
-#include "runtime/engine_test_util.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/engine_test_util.h"
 
 ABSL_FLAG(int, kill_rank, 1, "the rank that kills itself");
 ABSL_FLAG(int, kill_after_steps, 4, "decode steps the killed rank runs first");

@@ -35,10 +35,10 @@
 #include "comm/local_communicator.h"
 #include "gtest/gtest.h"
 #include "monitoring/metrics.h"
-#include "runtime/engine.h"
-#include "runtime/engine_test_util.h"
-#include "runtime/model_config.h"
-#include "runtime/random_model.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/engine_test_util.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/random_model.h"
 
 namespace verdict {
 namespace {

@@ -8,7 +8,7 @@ timeout) and checks the outcome. Example:
 
     mpi_test(
         name = "engine_np2",
-        binary = "//runtime:engine_multirank_test",
+        binary = "//tests:engine_multirank_test",
         np = 2,
     )
 

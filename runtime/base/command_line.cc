@@ -1,4 +1,4 @@
-#include "runtime/command_line.h"
+#include "runtime/base/command_line.h"
 
 namespace verdict {
 

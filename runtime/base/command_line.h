@@ -1,6 +1,6 @@
 // Command-line helpers shared by the verdict binary's commands.
-#ifndef VERDICT_RUNTIME_COMMAND_LINE_H_
-#define VERDICT_RUNTIME_COMMAND_LINE_H_
+#ifndef VERDICT_RUNTIME_BASE_COMMAND_LINE_H_
+#define VERDICT_RUNTIME_BASE_COMMAND_LINE_H_
 
 #include <string>
 #include <vector>
@@ -15,4 +15,4 @@ std::vector<std::string> NormalizeFlagNames(int argc, char** argv);
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_COMMAND_LINE_H_
+#endif  // VERDICT_RUNTIME_BASE_COMMAND_LINE_H_

@@ -1,4 +1,4 @@
-#include "runtime/bench_http_client.h"
+#include "runtime/bench/bench_http_client.h"
 
 #include <netdb.h>
 #include <poll.h>

@@ -3,8 +3,8 @@
 // with the time each piece was read, and a parser for the server-sent events
 // of a streaming completion. Written on raw sockets so that every timestamp
 // is taken right where the bytes come off the socket.
-#ifndef VERDICT_RUNTIME_BENCH_HTTP_CLIENT_H_
-#define VERDICT_RUNTIME_BENCH_HTTP_CLIENT_H_
+#ifndef VERDICT_RUNTIME_BENCH_BENCH_HTTP_CLIENT_H_
+#define VERDICT_RUNTIME_BENCH_BENCH_HTTP_CLIENT_H_
 
 #include <chrono>
 #include <functional>
@@ -83,4 +83,4 @@ class SseParser {
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_BENCH_HTTP_CLIENT_H_
+#endif  // VERDICT_RUNTIME_BENCH_BENCH_HTTP_CLIENT_H_

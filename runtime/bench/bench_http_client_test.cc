@@ -1,4 +1,4 @@
-#include "runtime/bench_http_client.h"
+#include "runtime/bench/bench_http_client.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -13,9 +13,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "runtime/http_server.h"
-#include "runtime/openai_api.h"
-#include "runtime/serving_test_util.h"
+#include "runtime/server/http_server.h"
+#include "runtime/server/openai_api.h"
+#include "runtime/server/serving_test_util.h"
 
 namespace verdict {
 namespace {

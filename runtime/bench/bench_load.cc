@@ -1,4 +1,4 @@
-#include "runtime/bench_load.h"
+#include "runtime/bench/bench_load.h"
 
 #include <algorithm>
 #include <atomic>

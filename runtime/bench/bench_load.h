@@ -7,8 +7,8 @@
 // `"logprobs": 0`: the stream carries no token ids, and its logprobs list
 // is the only per-chunk token count, which the decode rate and the
 // inter-token latency need (a chunk holds one verify step's tokens).
-#ifndef VERDICT_RUNTIME_BENCH_LOAD_H_
-#define VERDICT_RUNTIME_BENCH_LOAD_H_
+#ifndef VERDICT_RUNTIME_BENCH_BENCH_LOAD_H_
+#define VERDICT_RUNTIME_BENCH_BENCH_LOAD_H_
 
 #include <cstdint>
 #include <functional>
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "runtime/bench_http_client.h"
-#include "runtime/bench_prompts.h"
-#include "runtime/bench_stats.h"
+#include "runtime/bench/bench_http_client.h"
+#include "runtime/bench/bench_prompts.h"
+#include "runtime/bench/bench_stats.h"
 
 namespace verdict {
 
@@ -66,4 +66,4 @@ LoadResult RunLoad(const LoadOptions& options, const std::vector<BenchPrompt>& p
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_BENCH_LOAD_H_
+#endif  // VERDICT_RUNTIME_BENCH_BENCH_LOAD_H_

@@ -1,4 +1,4 @@
-#include "runtime/bench_load.h"
+#include "runtime/bench/bench_load.h"
 
 #include <algorithm>
 #include <atomic>
@@ -9,10 +9,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "runtime/bench_report.h"
-#include "runtime/http_server.h"
-#include "runtime/openai_api.h"
-#include "runtime/serving_test_util.h"
+#include "runtime/bench/bench_report.h"
+#include "runtime/server/http_server.h"
+#include "runtime/server/openai_api.h"
+#include "runtime/server/serving_test_util.h"
 
 namespace verdict {
 namespace {

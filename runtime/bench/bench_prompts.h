@@ -2,8 +2,8 @@
 // public-domain books the bundled models were trained on (the corpus of
 // tools/test_models), or a JSONL file with one {"prompt": ...} per line,
 // where a prompt is a string or a list of token ids.
-#ifndef VERDICT_RUNTIME_BENCH_PROMPTS_H_
-#define VERDICT_RUNTIME_BENCH_PROMPTS_H_
+#ifndef VERDICT_RUNTIME_BENCH_BENCH_PROMPTS_H_
+#define VERDICT_RUNTIME_BENCH_BENCH_PROMPTS_H_
 
 #include <cstdint>
 #include <string>
@@ -37,4 +37,4 @@ absl::StatusOr<std::vector<BenchPrompt>> LoadPrompts(const std::string& source);
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_BENCH_PROMPTS_H_
+#endif  // VERDICT_RUNTIME_BENCH_BENCH_PROMPTS_H_

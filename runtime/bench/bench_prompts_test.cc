@@ -1,4 +1,4 @@
-#include "runtime/bench_prompts.h"
+#include "runtime/bench/bench_prompts.h"
 
 #include <cstdio>
 #include <fstream>

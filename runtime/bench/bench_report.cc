@@ -1,4 +1,4 @@
-#include "runtime/bench_report.h"
+#include "runtime/bench/bench_report.h"
 
 #include <cmath>
 #include <filesystem>

@@ -2,8 +2,8 @@
 // point's summary and its requests) for scripts such as tools/bench/sweep.py
 // and tools/bench/plot.py, a CSV with one row a point, and a Markdown table
 // a person reads (seed 002's speed tables are the model).
-#ifndef VERDICT_RUNTIME_BENCH_REPORT_H_
-#define VERDICT_RUNTIME_BENCH_REPORT_H_
+#ifndef VERDICT_RUNTIME_BENCH_BENCH_REPORT_H_
+#define VERDICT_RUNTIME_BENCH_BENCH_REPORT_H_
 
 #include <cstdint>
 #include <string>
@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "nlohmann/json.hpp"
-#include "runtime/bench_stats.h"
+#include "runtime/bench/bench_stats.h"
 
 namespace verdict {
 
@@ -55,4 +55,4 @@ absl::Status WriteReport(const BenchReport& report, const std::string& prefix);
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_BENCH_REPORT_H_
+#endif  // VERDICT_RUNTIME_BENCH_BENCH_REPORT_H_

@@ -1,4 +1,4 @@
-#include "runtime/bench_stats.h"
+#include "runtime/bench/bench_stats.h"
 
 #include <algorithm>
 #include <cmath>

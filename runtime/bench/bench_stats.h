@@ -1,7 +1,7 @@
 // What one `verdict bench` request saw, and the numbers of one sweep point
 // computed from those records (the definitions are in PointSummary).
-#ifndef VERDICT_RUNTIME_BENCH_STATS_H_
-#define VERDICT_RUNTIME_BENCH_STATS_H_
+#ifndef VERDICT_RUNTIME_BENCH_BENCH_STATS_H_
+#define VERDICT_RUNTIME_BENCH_BENCH_STATS_H_
 
 #include <cstdint>
 #include <optional>
@@ -99,4 +99,4 @@ absl::StatusOr<double> PrometheusValue(absl::string_view text, absl::string_view
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_BENCH_STATS_H_
+#endif  // VERDICT_RUNTIME_BENCH_BENCH_STATS_H_

@@ -1,4 +1,4 @@
-#include "runtime/bench_stats.h"
+#include "runtime/bench/bench_stats.h"
 
 #include <cmath>
 #include <filesystem>
@@ -9,7 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "runtime/bench_report.h"
+#include "runtime/bench/bench_report.h"
 
 namespace verdict {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/bench_command.h"
+#include "runtime/cli/bench_command.h"
 
 #include <unistd.h>
 
@@ -15,11 +15,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
-#include "runtime/bench_http_client.h"
-#include "runtime/bench_load.h"
-#include "runtime/bench_prompts.h"
-#include "runtime/bench_report.h"
-#include "runtime/bench_stats.h"
+#include "runtime/bench/bench_http_client.h"
+#include "runtime/bench/bench_load.h"
+#include "runtime/bench/bench_prompts.h"
+#include "runtime/bench/bench_report.h"
+#include "runtime/bench/bench_stats.h"
 
 ABSL_FLAG(std::string, bench_url, "http://127.0.0.1:8000",
           "bench: the server's root URL (requests go to /v1/completions)");

@@ -11,8 +11,8 @@
 // Exit status: 0 when every request completed exactly as asked, 1 when some
 // did not (the reports are still written) or the server cannot be reached,
 // 2 for bad flags.
-#ifndef VERDICT_RUNTIME_BENCH_COMMAND_H_
-#define VERDICT_RUNTIME_BENCH_COMMAND_H_
+#ifndef VERDICT_RUNTIME_CLI_BENCH_COMMAND_H_
+#define VERDICT_RUNTIME_CLI_BENCH_COMMAND_H_
 
 #include <vector>
 
@@ -29,4 +29,4 @@ absl::StatusOr<std::vector<int>> ParseConcurrencyList(absl::string_view list);
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_BENCH_COMMAND_H_
+#endif  // VERDICT_RUNTIME_CLI_BENCH_COMMAND_H_

@@ -1,4 +1,4 @@
-#include "runtime/engine_flags.h"
+#include "runtime/cli/engine_flags.h"
 
 #include <cstdlib>
 #include <filesystem>

@@ -1,8 +1,8 @@
 // The engine's command-line flags, shared by `verdict serve`,
 // `verdict generate` and `verdict profile`, and the start-up they share:
 // MPI (one rank per GPU, or a world of one), the communicator, the engine.
-#ifndef VERDICT_RUNTIME_ENGINE_FLAGS_H_
-#define VERDICT_RUNTIME_ENGINE_FLAGS_H_
+#ifndef VERDICT_RUNTIME_CLI_ENGINE_FLAGS_H_
+#define VERDICT_RUNTIME_CLI_ENGINE_FLAGS_H_
 
 #include <functional>
 #include <memory>
@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
 #include "comm/mpi_session.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 namespace verdict {
 
@@ -41,4 +41,4 @@ std::string ResolveModelDir(const std::string& dir);
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_ENGINE_FLAGS_H_
+#endif  // VERDICT_RUNTIME_CLI_ENGINE_FLAGS_H_

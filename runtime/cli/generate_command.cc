@@ -1,4 +1,4 @@
-#include "runtime/generate_command.h"
+#include "runtime/cli/generate_command.h"
 
 #include <cstdio>
 #include <thread>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "runtime/engine_flags.h"
+#include "runtime/cli/engine_flags.h"
 
 ABSL_FLAG(std::string, prompt, "", "generate: the prompt text");
 ABSL_FLAG(int, max_tokens, 64, "generate: tokens to generate at most");

@@ -14,11 +14,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/verify_case.h"
-#include "runtime/bench_command.h"
-#include "runtime/command_line.h"
-#include "runtime/generate_command.h"
-#include "runtime/profile_command.h"
-#include "runtime/serve_command.h"
+#include "runtime/cli/bench_command.h"
+#include "runtime/base/command_line.h"
+#include "runtime/cli/generate_command.h"
+#include "runtime/cli/profile_command.h"
+#include "runtime/cli/serve_command.h"
 #include "scheduler/plan_command.h"
 
 namespace verdict {

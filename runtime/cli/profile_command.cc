@@ -1,4 +1,4 @@
-#include "runtime/profile_command.h"
+#include "runtime/cli/profile_command.h"
 
 #include <unistd.h>
 
@@ -20,8 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "runtime/bench_prompts.h"
-#include "runtime/engine_flags.h"
+#include "runtime/bench/bench_prompts.h"
+#include "runtime/cli/engine_flags.h"
 
 ABSL_FLAG(std::string, profile_batch_sizes, "1,2,4,8,16,32,64",
           "profile: the batch sizes B to measure, comma-separated");

@@ -8,8 +8,8 @@
 // scheduled without a table). The engine runs compact mode, the one whose
 // step runs exactly the planned rows. Under mpirun every rank runs the
 // engine loop and rank 0 drives.
-#ifndef VERDICT_RUNTIME_PROFILE_COMMAND_H_
-#define VERDICT_RUNTIME_PROFILE_COMMAND_H_
+#ifndef VERDICT_RUNTIME_CLI_PROFILE_COMMAND_H_
+#define VERDICT_RUNTIME_CLI_PROFILE_COMMAND_H_
 
 #include <cstdint>
 #include <optional>
@@ -19,7 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 #include "scheduler/cost_table.h"
 
 namespace verdict {
@@ -77,4 +77,4 @@ int RunProfileCommand(absl::Span<char* const> positional);
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_PROFILE_COMMAND_H_
+#endif  // VERDICT_RUNTIME_CLI_PROFILE_COMMAND_H_

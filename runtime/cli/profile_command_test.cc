@@ -1,7 +1,7 @@
 // `verdict profile` on the CPU backend with the bundled pair: the grid it is
 // asked for, the pins reaching the steps, the table it writes, and its
 // refusals.
-#include "runtime/profile_command.h"
+#include "runtime/cli/profile_command.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "comm/local_communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 #include "scheduler/cost_table.h"
 
 namespace verdict {

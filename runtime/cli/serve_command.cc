@@ -1,4 +1,4 @@
-#include "runtime/serve_command.h"
+#include "runtime/cli/serve_command.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -16,10 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "monitoring/metrics.h"
-#include "runtime/chat_template.h"
-#include "runtime/engine_flags.h"
-#include "runtime/http_server.h"
-#include "runtime/openai_api.h"
+#include "runtime/text/chat_template.h"
+#include "runtime/cli/engine_flags.h"
+#include "runtime/server/http_server.h"
+#include "runtime/server/openai_api.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address to bind");
 ABSL_FLAG(int, port, 8000, "serve: HTTP port (0 picks a free one and prints it)");

@@ -1,4 +1,4 @@
-#include "monitoring/collective_timer.h"
+#include "runtime/engine/collective_timer.h"
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"

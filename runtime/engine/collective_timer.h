@@ -8,8 +8,8 @@
 // same statuses. On a device backend that returns once a collective is
 // enqueued (CommOptions::wait_for_completion false) the time counted is the
 // enqueue time plus what Synchronize waits for.
-#ifndef VERDICT_MONITORING_COLLECTIVE_TIMER_H_
-#define VERDICT_MONITORING_COLLECTIVE_TIMER_H_
+#ifndef VERDICT_RUNTIME_ENGINE_COLLECTIVE_TIMER_H_
+#define VERDICT_RUNTIME_ENGINE_COLLECTIVE_TIMER_H_
 
 #include <atomic>
 #include <cstddef>
@@ -60,4 +60,4 @@ class TimedCommunicator final : public Communicator {
 
 }  // namespace verdict
 
-#endif  // VERDICT_MONITORING_COLLECTIVE_TIMER_H_
+#endif  // VERDICT_RUNTIME_ENGINE_COLLECTIVE_TIMER_H_

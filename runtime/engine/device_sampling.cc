@@ -1,4 +1,4 @@
-#include "runtime/device_sampling.h"
+#include "runtime/engine/device_sampling.h"
 
 #include <cuda_runtime_api.h>
 
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda_check.h"
-#include "runtime/device_memory.h"
+#include "runtime/model/device_memory.h"
 
 namespace verdict {
 namespace {

@@ -8,8 +8,8 @@
 // is the s-th speculative request of the step, slot (s, j) its draft j. The
 // verify sampler wants them packed in verify order (each request's verified
 // drafts back to back); Verify packs the store's prefixes before launching.
-#ifndef VERDICT_RUNTIME_DEVICE_SAMPLING_H_
-#define VERDICT_RUNTIME_DEVICE_SAMPLING_H_
+#ifndef VERDICT_RUNTIME_ENGINE_DEVICE_SAMPLING_H_
+#define VERDICT_RUNTIME_ENGINE_DEVICE_SAMPLING_H_
 
 #include <cstdint>
 #include <memory>
@@ -70,4 +70,4 @@ class DeviceSampling {
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_DEVICE_SAMPLING_H_
+#endif  // VERDICT_RUNTIME_ENGINE_DEVICE_SAMPLING_H_

@@ -2,7 +2,7 @@
 // steps' tokens and signals, and every verify output, bit for bit, through
 // the draft-distribution store and its packing (requests verifying
 // different numbers of drafts, one without drafts, store rows out of order).
-#include "runtime/device_sampling.h"
+#include "runtime/engine/device_sampling.h"
 
 #include <cuda_runtime_api.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,8 +11,8 @@
 #include "comm/create_communicator.h"
 #include "comm/local_communicator.h"
 #include "kernels/verify_sampler.h"
-#include "runtime/cuda_llama_model.h"
-#include "runtime/weights.h"
+#include "runtime/model/cuda_llama_model.h"
+#include "runtime/model/weights.h"
 #include "scheduler/cost_table.h"
 
 namespace verdict {

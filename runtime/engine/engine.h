@@ -33,8 +33,8 @@
 // the step count, so every rank plans from the same state and plans alike;
 // the models' collectives run on the executor's own communicator (a
 // duplicate), the control messages and plans on `comm`.
-#ifndef VERDICT_RUNTIME_ENGINE_H_
-#define VERDICT_RUNTIME_ENGINE_H_
+#ifndef VERDICT_RUNTIME_ENGINE_ENGINE_H_
+#define VERDICT_RUNTIME_ENGINE_ENGINE_H_
 
 #include <atomic>
 #include <condition_variable>
@@ -55,14 +55,14 @@
 #include "absl/types/span.h"
 #include "comm/communicator.h"
 #include "comm/nvlink_all_reduce.h"
-#include "monitoring/collective_timer.h"
+#include "runtime/engine/collective_timer.h"
 #include "monitoring/metrics.h"
-#include "runtime/generation.h"
-#include "runtime/kv_cache.h"
-#include "runtime/llama_model.h"
-#include "runtime/step_control.h"
-#include "runtime/step_executor.h"
-#include "runtime/tokenizer.h"
+#include "runtime/engine/generation.h"
+#include "runtime/model/kv_cache.h"
+#include "runtime/model/llama_model.h"
+#include "runtime/engine/step_control.h"
+#include "runtime/engine/step_executor.h"
+#include "runtime/text/tokenizer.h"
 #include "scheduler/acceptance_estimator.h"
 #include "scheduler/stop_checker.h"
 #include "scheduler/verify_planner.h"
@@ -392,4 +392,4 @@ class Engine : public GenerationService {
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_ENGINE_H_
+#endif  // VERDICT_RUNTIME_ENGINE_ENGINE_H_

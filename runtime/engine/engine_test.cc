@@ -1,6 +1,6 @@
 // End-to-end tests of the engine on the CPU backend with the bundled
 // draft/target pair (models/), and a statistical test on a tiny random pair.
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 #include <cmath>
 #include <filesystem>
@@ -15,8 +15,8 @@
 #include "comm/local_communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/engine_test_util.h"
-#include "runtime/random_model.h"
+#include "runtime/engine/engine_test_util.h"
+#include "runtime/model/random_model.h"
 
 namespace verdict {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/engine_test_util.h"
+#include "runtime/engine/engine_test_util.h"
 
 namespace verdict {
 

@@ -1,7 +1,7 @@
 // Test support: runs an Engine's loop on a thread and collects the outputs
 // of submitted requests.
-#ifndef VERDICT_RUNTIME_ENGINE_TEST_UTIL_H_
-#define VERDICT_RUNTIME_ENGINE_TEST_UTIL_H_
+#ifndef VERDICT_RUNTIME_ENGINE_ENGINE_TEST_UTIL_H_
+#define VERDICT_RUNTIME_ENGINE_ENGINE_TEST_UTIL_H_
 
 #include <condition_variable>
 #include <map>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 namespace verdict {
 
@@ -104,4 +104,4 @@ GenerationRequest TextRequest(const Engine& engine, const std::string& id,
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_ENGINE_TEST_UTIL_H_
+#endif  // VERDICT_RUNTIME_ENGINE_ENGINE_TEST_UTIL_H_

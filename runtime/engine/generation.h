@@ -5,8 +5,8 @@
 // GenerationEvents back on its own thread, in order, ending with exactly one
 // event whose `finished` is true. Callbacks must be quick and must not call
 // back into the engine except Cancel().
-#ifndef VERDICT_RUNTIME_GENERATION_H_
-#define VERDICT_RUNTIME_GENERATION_H_
+#ifndef VERDICT_RUNTIME_ENGINE_GENERATION_H_
+#define VERDICT_RUNTIME_ENGINE_GENERATION_H_
 
 #include <cstdint>
 #include <functional>
@@ -78,4 +78,4 @@ class GenerationService {
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_GENERATION_H_
+#endif  // VERDICT_RUNTIME_ENGINE_GENERATION_H_

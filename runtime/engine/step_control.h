@@ -3,8 +3,8 @@
 // the seed rank 0 chose for them), the requests cancelled, a change of the
 // pinned verify budget, and whether to shut down. Only rank 0 talks to
 // clients; the others follow these messages.
-#ifndef VERDICT_RUNTIME_STEP_CONTROL_H_
-#define VERDICT_RUNTIME_STEP_CONTROL_H_
+#ifndef VERDICT_RUNTIME_ENGINE_STEP_CONTROL_H_
+#define VERDICT_RUNTIME_ENGINE_STEP_CONTROL_H_
 
 #include <cstdint>
 #include <optional>
@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
-#include "runtime/generation.h"
+#include "runtime/engine/generation.h"
 
 namespace verdict {
 
@@ -50,4 +50,4 @@ absl::Status BroadcastStepControl(Communicator& comm, StepControl* control);
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_STEP_CONTROL_H_
+#endif  // VERDICT_RUNTIME_ENGINE_STEP_CONTROL_H_

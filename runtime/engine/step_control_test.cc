@@ -1,4 +1,4 @@
-#include "runtime/step_control.h"
+#include "runtime/engine/step_control.h"
 
 #include "gtest/gtest.h"
 

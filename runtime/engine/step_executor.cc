@@ -1,4 +1,4 @@
-#include "runtime/step_executor.h"
+#include "runtime/engine/step_executor.h"
 
 #include <algorithm>
 #include <utility>

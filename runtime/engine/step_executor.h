@@ -29,8 +29,8 @@
 // thread plans the next step; Await() returns the outcomes in order. The
 // worker is the only thread that runs the models then, so their collectives
 // need a communicator of their own (Communicator::Duplicate).
-#ifndef VERDICT_RUNTIME_STEP_EXECUTOR_H_
-#define VERDICT_RUNTIME_STEP_EXECUTOR_H_
+#ifndef VERDICT_RUNTIME_ENGINE_STEP_EXECUTOR_H_
+#define VERDICT_RUNTIME_ENGINE_STEP_EXECUTOR_H_
 
 #include <condition_variable>
 #include <cstdint>
@@ -43,9 +43,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/verify_sampler.h"
-#include "runtime/device_sampling.h"
-#include "monitoring/collective_timer.h"
-#include "runtime/llama_model.h"
+#include "runtime/engine/device_sampling.h"
+#include "runtime/engine/collective_timer.h"
+#include "runtime/model/llama_model.h"
 
 namespace verdict {
 
@@ -199,4 +199,4 @@ class StepExecutor {
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_STEP_EXECUTOR_H_
+#endif  // VERDICT_RUNTIME_ENGINE_STEP_EXECUTOR_H_

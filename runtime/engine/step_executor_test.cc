@@ -2,7 +2,7 @@
 // row's argmax is its input token + 1 (mod the vocabulary), for the draft
 // and the target alike, so every draft is accepted and each step's tokens
 // are known in advance.
-#include "runtime/step_executor.h"
+#include "runtime/engine/step_executor.h"
 
 #include <vector>
 

@@ -1,4 +1,4 @@
-#include "runtime/cuda_llama_model.h"
+#include "runtime/model/cuda_llama_model.h"
 
 #include <cuda_runtime_api.h>
 
@@ -23,8 +23,8 @@
 #include "kernels/model/paged_attention.h"
 #include "kernels/model/paged_kv.h"
 #include "kernels/model/rms_norm.h"
-#include "runtime/device_memory.h"
-#include "runtime/rope.h"
+#include "runtime/model/device_memory.h"
+#include "runtime/model/rope.h"
 
 namespace verdict {
 namespace {

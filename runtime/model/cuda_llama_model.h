@@ -14,18 +14,18 @@
 // device memory: full-attention layers as paged blocks, sliding-window
 // layers as one ring per request (a one-entry block table holding the ring
 // index, block size = ring size).
-#ifndef VERDICT_RUNTIME_CUDA_LLAMA_MODEL_H_
-#define VERDICT_RUNTIME_CUDA_LLAMA_MODEL_H_
+#ifndef VERDICT_RUNTIME_MODEL_CUDA_LLAMA_MODEL_H_
+#define VERDICT_RUNTIME_MODEL_CUDA_LLAMA_MODEL_H_
 
 #include <memory>
 
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
 #include "comm/nvlink_all_reduce.h"
-#include "runtime/kv_cache.h"
-#include "runtime/llama_model.h"
-#include "runtime/model_config.h"
-#include "runtime/weights.h"
+#include "runtime/model/kv_cache.h"
+#include "runtime/model/llama_model.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/weights.h"
 
 namespace verdict {
 
@@ -70,4 +70,4 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaLlamaModel(const ModelCon
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_CUDA_LLAMA_MODEL_H_
+#endif  // VERDICT_RUNTIME_MODEL_CUDA_LLAMA_MODEL_H_

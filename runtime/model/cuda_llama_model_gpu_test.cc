@@ -20,12 +20,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda_llama_model.h"
-#include "runtime/kv_cache.h"
-#include "runtime/llama_model.h"
-#include "runtime/model_config.h"
-#include "runtime/random_model.h"
-#include "runtime/weights.h"
+#include "runtime/model/cuda_llama_model.h"
+#include "runtime/model/kv_cache.h"
+#include "runtime/model/llama_model.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/random_model.h"
+#include "runtime/model/weights.h"
 
 namespace verdict {
 namespace {

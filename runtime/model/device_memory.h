@@ -1,8 +1,8 @@
 // Growing device and page-locked host buffers for the CUDA backend's
 // per-step data: sized to the largest step seen, never shrunk, so a steady
 // stream of steps allocates nothing.
-#ifndef VERDICT_RUNTIME_DEVICE_MEMORY_H_
-#define VERDICT_RUNTIME_DEVICE_MEMORY_H_
+#ifndef VERDICT_RUNTIME_MODEL_DEVICE_MEMORY_H_
+#define VERDICT_RUNTIME_MODEL_DEVICE_MEMORY_H_
 
 #include <cuda_runtime_api.h>
 
@@ -85,4 +85,4 @@ class PinnedBuffer {
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_DEVICE_MEMORY_H_
+#endif  // VERDICT_RUNTIME_MODEL_DEVICE_MEMORY_H_

@@ -4,8 +4,8 @@
 // draws (not Gaussian) keep every value exact in float arithmetic: a CUDA
 // generator reproduces them bit for bit without matching libm.
 // The header compiles as host C++ and as CUDA device code.
-#ifndef VERDICT_RUNTIME_DUMMY_WEIGHTS_H_
-#define VERDICT_RUNTIME_DUMMY_WEIGHTS_H_
+#ifndef VERDICT_RUNTIME_MODEL_DUMMY_WEIGHTS_H_
+#define VERDICT_RUNTIME_MODEL_DUMMY_WEIGHTS_H_
 
 #include <cstdint>
 #include <string_view>
@@ -44,4 +44,4 @@ VERDICT_HD float DummyWeightValue(uint64_t seed, uint64_t tensor_key, uint64_t i
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_DUMMY_WEIGHTS_H_
+#endif  // VERDICT_RUNTIME_MODEL_DUMMY_WEIGHTS_H_

@@ -3,8 +3,8 @@
 // to 16 bits is round-to-nearest-even, the rule PyTorch and CUDA's
 // __float2half use, so weights written here read back the same on every
 // backend.
-#ifndef VERDICT_RUNTIME_FLOAT16_H_
-#define VERDICT_RUNTIME_FLOAT16_H_
+#ifndef VERDICT_RUNTIME_MODEL_FLOAT16_H_
+#define VERDICT_RUNTIME_MODEL_FLOAT16_H_
 
 #include <cstdint>
 #include <cstring>
@@ -60,4 +60,4 @@ inline uint16_t FloatToFloat16(float f) {
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_FLOAT16_H_
+#endif  // VERDICT_RUNTIME_MODEL_FLOAT16_H_

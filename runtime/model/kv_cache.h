@@ -14,8 +14,8 @@
 // request can ever write, so a running request never runs out of cache.
 // This class owns the bookkeeping only; HostKvStorage holds the CPU
 // backend's tensors, and a device backend mirrors the same slot layout.
-#ifndef VERDICT_RUNTIME_KV_CACHE_H_
-#define VERDICT_RUNTIME_KV_CACHE_H_
+#ifndef VERDICT_RUNTIME_MODEL_KV_CACHE_H_
+#define VERDICT_RUNTIME_MODEL_KV_CACHE_H_
 
 #include <cstdint>
 #include <vector>
@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "runtime/model_config.h"
+#include "runtime/model/model_config.h"
 
 namespace verdict {
 
@@ -131,4 +131,4 @@ class HostKvStorage {
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_KV_CACHE_H_
+#endif  // VERDICT_RUNTIME_MODEL_KV_CACHE_H_

@@ -1,4 +1,4 @@
-#include "runtime/llama_model.h"
+#include "runtime/model/llama_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,8 +13,8 @@
 #include "kernels/model/rms_norm.h"
 #include "kernels/model/rope.h"
 #include "kernels/model/silu_and_mul.h"
-#include "runtime/parallel_for.h"
-#include "runtime/rope.h"
+#include "runtime/model/parallel_for.h"
+#include "runtime/model/rope.h"
 
 namespace verdict {
 

@@ -13,8 +13,8 @@
 // ModelRunner is the seam between the engine and a backend. The CPU backend
 // (CreateCpuLlamaModel) is plain float32 C++, built from the CPU twins of
 // kernels/model, and the oracle every other backend is tested against.
-#ifndef VERDICT_RUNTIME_LLAMA_MODEL_H_
-#define VERDICT_RUNTIME_LLAMA_MODEL_H_
+#ifndef VERDICT_RUNTIME_MODEL_LLAMA_MODEL_H_
+#define VERDICT_RUNTIME_MODEL_LLAMA_MODEL_H_
 
 #include <cstdint>
 #include <memory>
@@ -24,9 +24,9 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "comm/communicator.h"
-#include "runtime/kv_cache.h"
-#include "runtime/model_config.h"
-#include "runtime/weights.h"
+#include "runtime/model/kv_cache.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/weights.h"
 
 namespace verdict {
 
@@ -112,4 +112,4 @@ absl::Status ValidateForwardBatch(const ForwardBatch& batch, const ModelConfig& 
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_LLAMA_MODEL_H_
+#endif  // VERDICT_RUNTIME_MODEL_LLAMA_MODEL_H_

@@ -14,11 +14,11 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "nlohmann/json.hpp"
-#include "runtime/command_line.h"
-#include "runtime/kv_cache.h"
-#include "runtime/llama_model.h"
-#include "runtime/model_config.h"
-#include "runtime/weights.h"
+#include "runtime/base/command_line.h"
+#include "runtime/model/kv_cache.h"
+#include "runtime/model/llama_model.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/weights.h"
 
 ABSL_FLAG(std::string, model, "llama-3.2-1b", "built-in shape name or a config.json path");
 ABSL_FLAG(int, num_layers, 2, "override the layer count (0 keeps the model's)");

@@ -1,4 +1,4 @@
-#include "runtime/llama_model.h"
+#include "runtime/model/llama_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,9 +13,9 @@
 #include "comm/communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/kv_cache.h"
-#include "runtime/random_model.h"
-#include "runtime/weights.h"
+#include "runtime/model/kv_cache.h"
+#include "runtime/model/random_model.h"
+#include "runtime/model/weights.h"
 
 namespace verdict {
 namespace {

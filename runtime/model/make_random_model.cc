@@ -14,10 +14,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "runtime/command_line.h"
-#include "runtime/model_config.h"
-#include "runtime/random_model.h"
-#include "runtime/safetensors.h"
+#include "runtime/base/command_line.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/random_model.h"
+#include "runtime/model/safetensors.h"
 
 ABSL_FLAG(std::string, out, "", "directory to write (created if missing)");
 ABSL_FLAG(std::string, config, "", "config.json (or its directory) giving the shape");

@@ -1,4 +1,4 @@
-#include "runtime/model_config.h"
+#include "runtime/model/model_config.h"
 
 #include <charconv>
 #include <cmath>

@@ -2,8 +2,8 @@
 // `config.json`. One struct covers Llama (with Llama-3 RoPE scaling), Qwen2
 // (q/k/v bias) and Qwen3 (per-head q/k RMSNorm); the model code branches on
 // its fields, never on the model type string.
-#ifndef VERDICT_RUNTIME_MODEL_CONFIG_H_
-#define VERDICT_RUNTIME_MODEL_CONFIG_H_
+#ifndef VERDICT_RUNTIME_MODEL_MODEL_CONFIG_H_
+#define VERDICT_RUNTIME_MODEL_MODEL_CONFIG_H_
 
 #include <cstdint>
 #include <string>
@@ -95,4 +95,4 @@ int PaddedVocabSize(int vocab_size, int tp);
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_MODEL_CONFIG_H_
+#endif  // VERDICT_RUNTIME_MODEL_MODEL_CONFIG_H_

@@ -1,7 +1,7 @@
 // A blocking fork-join loop over an index range, for host code that splits
 // independent rows across threads (the CPU backend's attention).
-#ifndef VERDICT_RUNTIME_PARALLEL_FOR_H_
-#define VERDICT_RUNTIME_PARALLEL_FOR_H_
+#ifndef VERDICT_RUNTIME_MODEL_PARALLEL_FOR_H_
+#define VERDICT_RUNTIME_MODEL_PARALLEL_FOR_H_
 
 #include <cstdint>
 #include <functional>
@@ -15,4 +15,4 @@ void ParallelFor(int64_t n, int threads, const std::function<void(int64_t, int64
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_PARALLEL_FOR_H_
+#endif  // VERDICT_RUNTIME_MODEL_PARALLEL_FOR_H_

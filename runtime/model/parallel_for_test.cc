@@ -1,4 +1,4 @@
-#include "runtime/parallel_for.h"
+#include "runtime/model/parallel_for.h"
 
 #include <algorithm>
 #include <atomic>

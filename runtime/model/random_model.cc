@@ -1,4 +1,4 @@
-#include "runtime/random_model.h"
+#include "runtime/model/random_model.h"
 
 #include <filesystem>
 #include <fstream>
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/weights.h"
+#include "runtime/model/weights.h"
 
 namespace verdict {
 

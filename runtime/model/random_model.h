@@ -4,15 +4,15 @@
 // end-to-end runs need no trained checkpoint. The values are the dummy
 // weights of the same seed (weights.h), so a float32 directory loads to
 // exactly what `--load-format dummy` with that seed generates.
-#ifndef VERDICT_RUNTIME_RANDOM_MODEL_H_
-#define VERDICT_RUNTIME_RANDOM_MODEL_H_
+#ifndef VERDICT_RUNTIME_MODEL_RANDOM_MODEL_H_
+#define VERDICT_RUNTIME_MODEL_RANDOM_MODEL_H_
 
 #include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
-#include "runtime/model_config.h"
-#include "runtime/safetensors.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
 
 namespace verdict {
 
@@ -34,4 +34,4 @@ ModelConfig TinyModelConfig(ModelFamily family = ModelFamily::kLlama);
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_RANDOM_MODEL_H_
+#endif  // VERDICT_RUNTIME_MODEL_RANDOM_MODEL_H_

@@ -1,4 +1,4 @@
-#include "runtime/rope.h"
+#include "runtime/model/rope.h"
 
 namespace verdict {
 namespace {

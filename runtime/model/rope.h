@@ -2,13 +2,13 @@
 // formulas (HF's default, linear and Llama-3 rules) and the rotation; this
 // only reads the model's config.json fields into its RopeFrequencyConfig, so
 // every backend rotates by the same frequencies.
-#ifndef VERDICT_RUNTIME_ROPE_H_
-#define VERDICT_RUNTIME_ROPE_H_
+#ifndef VERDICT_RUNTIME_MODEL_ROPE_H_
+#define VERDICT_RUNTIME_MODEL_ROPE_H_
 
 #include <vector>
 
 #include "kernels/model/rope.h"
-#include "runtime/model_config.h"
+#include "runtime/model/model_config.h"
 
 namespace verdict {
 
@@ -20,4 +20,4 @@ std::vector<float> RopeInvFrequencies(const ModelConfig& config);
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_ROPE_H_
+#endif  // VERDICT_RUNTIME_MODEL_ROPE_H_

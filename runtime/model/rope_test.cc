@@ -1,6 +1,6 @@
 // The config.json fields reach the RoPE formulas of kernels/model/rope.h
 // (tested there) unchanged.
-#include "runtime/rope.h"
+#include "runtime/model/rope.h"
 
 #include <vector>
 

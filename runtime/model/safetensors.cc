@@ -1,4 +1,4 @@
-#include "runtime/safetensors.h"
+#include "runtime/model/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -17,7 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/bf16.h"
 #include "nlohmann/json.hpp"
-#include "runtime/float16.h"
+#include "runtime/model/float16.h"
 
 namespace verdict {
 namespace {

@@ -4,8 +4,8 @@
 // reads only its shard of a tensor touches only those pages. Every header
 // is validated before any tensor is handed out; errors name the file, the
 // tensor and the reason.
-#ifndef VERDICT_RUNTIME_SAFETENSORS_H_
-#define VERDICT_RUNTIME_SAFETENSORS_H_
+#ifndef VERDICT_RUNTIME_MODEL_SAFETENSORS_H_
+#define VERDICT_RUNTIME_MODEL_SAFETENSORS_H_
 
 #include <cstdint>
 #include <map>
@@ -135,4 +135,4 @@ absl::Status ConvertToFloat32(TensorDType dtype, const uint8_t* src, size_t coun
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_SAFETENSORS_H_
+#endif  // VERDICT_RUNTIME_MODEL_SAFETENSORS_H_

@@ -1,4 +1,4 @@
-#include "runtime/safetensors.h"
+#include "runtime/model/safetensors.h"
 
 #include <cmath>
 #include <cstring>
@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/bf16.h"
-#include "runtime/float16.h"
+#include "runtime/model/float16.h"
 
 namespace verdict {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/weights.h"
+#include "runtime/model/weights.h"
 
 #include <algorithm>
 #include <cstring>

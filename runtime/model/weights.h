@@ -10,8 +10,8 @@
 // rank's shard of one tensor; it reads only that shard's bytes. Backends
 // choose where the shard goes: the CPU backend loads float32 host tensors
 // (`LoadLlamaWeights`); a device backend can stage the same shards as BF16.
-#ifndef VERDICT_RUNTIME_WEIGHTS_H_
-#define VERDICT_RUNTIME_WEIGHTS_H_
+#ifndef VERDICT_RUNTIME_MODEL_WEIGHTS_H_
+#define VERDICT_RUNTIME_MODEL_WEIGHTS_H_
 
 #include <cstdint>
 #include <functional>
@@ -21,9 +21,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "runtime/dummy_weights.h"
-#include "runtime/model_config.h"
-#include "runtime/safetensors.h"
+#include "runtime/model/dummy_weights.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
 
 namespace verdict {
 
@@ -128,4 +128,4 @@ absl::StatusOr<LlamaWeights> LoadLlamaWeights(const ModelConfig& config,
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_WEIGHTS_H_
+#endif  // VERDICT_RUNTIME_MODEL_WEIGHTS_H_

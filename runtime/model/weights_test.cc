@@ -1,4 +1,4 @@
-#include "runtime/weights.h"
+#include "runtime/model/weights.h"
 
 #include <cmath>
 #include <filesystem>
@@ -10,8 +10,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/bf16.h"
-#include "runtime/random_model.h"
-#include "runtime/safetensors.h"
+#include "runtime/model/random_model.h"
+#include "runtime/model/safetensors.h"
 
 namespace verdict {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/http_server.h"
+#include "runtime/server/http_server.h"
 
 #include <netdb.h>
 #include <sys/socket.h>

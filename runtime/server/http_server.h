@@ -13,8 +13,8 @@
 // that goes away mid-stream is noticed at the next write (a token or an
 // idle heartbeat comment) and its request is cancelled. A full engine queue
 // answers 429 and a draining server 503, both with Retry-After.
-#ifndef VERDICT_RUNTIME_HTTP_SERVER_H_
-#define VERDICT_RUNTIME_HTTP_SERVER_H_
+#ifndef VERDICT_RUNTIME_SERVER_HTTP_SERVER_H_
+#define VERDICT_RUNTIME_SERVER_HTTP_SERVER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -30,8 +30,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "runtime/generation.h"
-#include "runtime/openai_api.h"
+#include "runtime/engine/generation.h"
+#include "runtime/server/openai_api.h"
 
 struct mg_connection;
 struct mg_context;
@@ -117,4 +117,4 @@ class HttpServer {
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_HTTP_SERVER_H_
+#endif  // VERDICT_RUNTIME_SERVER_HTTP_SERVER_H_

@@ -1,4 +1,4 @@
-#include "runtime/http_server.h"
+#include "runtime/server/http_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -24,7 +24,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "runtime/serving_test_util.h"
+#include "runtime/server/serving_test_util.h"
 
 namespace verdict {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/openai_api.h"
+#include "runtime/server/openai_api.h"
 
 #include <algorithm>
 #include <cmath>

@@ -20,8 +20,8 @@
 // Errors are absl::Status values whose code gives the HTTP status
 // (HttpStatusFor) and whose payloads carry OpenAI's `param` and `code`;
 // ErrorBody renders them as {"error": {"message", "type", "param", "code"}}.
-#ifndef VERDICT_RUNTIME_OPENAI_API_H_
-#define VERDICT_RUNTIME_OPENAI_API_H_
+#ifndef VERDICT_RUNTIME_SERVER_OPENAI_API_H_
+#define VERDICT_RUNTIME_SERVER_OPENAI_API_H_
 
 #include <cstdint>
 #include <string>
@@ -30,9 +30,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "runtime/chat_template.h"
-#include "runtime/generation.h"
-#include "runtime/tokenizer.h"
+#include "runtime/text/chat_template.h"
+#include "runtime/engine/generation.h"
+#include "runtime/text/tokenizer.h"
 
 namespace verdict {
 
@@ -161,4 +161,4 @@ class ResponseEncoder {
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_OPENAI_API_H_
+#endif  // VERDICT_RUNTIME_SERVER_OPENAI_API_H_

@@ -1,4 +1,4 @@
-#include "runtime/openai_api.h"
+#include "runtime/server/openai_api.h"
 
 #include <cmath>
 #include <limits>
@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "runtime/serving_test_util.h"
+#include "runtime/server/serving_test_util.h"
 
 namespace verdict {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/serving_test_util.h"
+#include "runtime/server/serving_test_util.h"
 
 #include <algorithm>
 #include <utility>

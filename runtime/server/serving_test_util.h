@@ -2,8 +2,8 @@
 // GenerationService that produces a known token sequence on its own
 // threads, with the engine's contract (ordered events, one final event,
 // Cancel, a bounded queue, Unavailable while shutting down).
-#ifndef VERDICT_RUNTIME_SERVING_TEST_UTIL_H_
-#define VERDICT_RUNTIME_SERVING_TEST_UTIL_H_
+#ifndef VERDICT_RUNTIME_SERVER_SERVING_TEST_UTIL_H_
+#define VERDICT_RUNTIME_SERVER_SERVING_TEST_UTIL_H_
 
 #include <atomic>
 #include <chrono>
@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/generation.h"
-#include "runtime/tokenizer.h"
+#include "runtime/engine/generation.h"
+#include "runtime/text/tokenizer.h"
 
 namespace verdict {
 
@@ -85,4 +85,4 @@ class ScriptedGenerationService : public GenerationService {
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_SERVING_TEST_UTIL_H_
+#endif  // VERDICT_RUNTIME_SERVER_SERVING_TEST_UTIL_H_

@@ -18,8 +18,8 @@
 //                      header. Marker "<|start_header_id|>". Stop:
 //                      "<|eot_id|>". The tokenizer adds BOS, so the template
 //                      does not write <|begin_of_text|>.
-#ifndef VERDICT_RUNTIME_CHAT_TEMPLATE_H_
-#define VERDICT_RUNTIME_CHAT_TEMPLATE_H_
+#ifndef VERDICT_RUNTIME_TEXT_CHAT_TEMPLATE_H_
+#define VERDICT_RUNTIME_TEXT_CHAT_TEMPLATE_H_
 
 #include <string>
 #include <vector>
@@ -78,4 +78,4 @@ class ChatTemplate {
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_CHAT_TEMPLATE_H_
+#endif  // VERDICT_RUNTIME_TEXT_CHAT_TEMPLATE_H_

@@ -1,4 +1,4 @@
-#include "runtime/chat_template.h"
+#include "runtime/text/chat_template.h"
 
 #include <cstdio>
 #include <fstream>

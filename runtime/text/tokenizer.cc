@@ -1,9 +1,9 @@
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/internal/sentencepiece_adapter.h"
+#include "runtime/text/internal/sentencepiece_adapter.h"
 
 namespace verdict {
 

@@ -3,8 +3,8 @@
 // SentencePiece. IncrementalDetokenizer turns a stream of generated ids into
 // text pieces for streaming without splitting a UTF-8 character or losing
 // the spaces that SentencePiece encodes inside pieces.
-#ifndef VERDICT_RUNTIME_TOKENIZER_H_
-#define VERDICT_RUNTIME_TOKENIZER_H_
+#ifndef VERDICT_RUNTIME_TEXT_TOKENIZER_H_
+#define VERDICT_RUNTIME_TEXT_TOKENIZER_H_
 
 #include <cstdint>
 #include <memory>
@@ -83,4 +83,4 @@ class IncrementalDetokenizer {
 
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_TOKENIZER_H_
+#endif  // VERDICT_RUNTIME_TEXT_TOKENIZER_H_

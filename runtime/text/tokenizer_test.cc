@@ -1,4 +1,4 @@
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 #include <filesystem>
 #include <fstream>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/internal/sentencepiece_trainer.h"
+#include "runtime/text/internal/sentencepiece_trainer.h"
 
 namespace verdict {
 namespace {

@@ -18,7 +18,7 @@ only when `verdict --help` lists an overlap flag; otherwise it is reported
 and ignored.
 
 Example (GPU machine, 2 GPUs):
-    tools/bench/sweep.py --verdict bazel-bin/runtime/verdict --tp 1,2 \\
+    tools/bench/sweep.py --verdict bazel-bin/runtime/cli/verdict --tp 1,2 \\
         --concurrency 1,4,8,16,32,64,128,512 --max-tokens 1024 --out /tmp/sweep
 
 Exit status: 0 when every configuration ran and every request completed,
@@ -192,7 +192,7 @@ class Server:
         """SIGTERM to the server, then SIGKILL to its process group.
 
         Under mpirun the signal goes to the first rank, not to mpirun: a
-        rank's SIGTERM drains the whole job (runtime/serve_command.cc),
+        rank's SIGTERM drains the whole job (runtime/cli/serve_command.cc),
         while mpirun ends a job it was signalled to stop with status 1 even
         after a clean drain, which would hide a real failure.
         """
@@ -434,7 +434,7 @@ def build_parser():
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--verdict", default="bazel-bin/runtime/verdict",
+    parser.add_argument("--verdict", default="bazel-bin/runtime/cli/verdict",
                         help="the verdict binary")
     parser.add_argument("--mpirun", default="mpirun", help="mpirun for TP > 1")
     parser.add_argument("--out", default="bench-sweep", help="output folder")

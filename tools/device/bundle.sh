@@ -22,7 +22,7 @@ fi
 # The product binary travels too: the GPU machine runs the engine and the
 # server on the CUDA backend with it (VERDICT_BUNDLE_VERDICT=0 leaves it out,
 # for bundles of kernel tests and benchmarks alone).
-if [[ "${VERDICT_BUNDLE_VERDICT:-1}" != 0 ]]; then targets+=(//runtime:verdict); fi
+if [[ "${VERDICT_BUNDLE_VERDICT:-1}" != 0 ]]; then targets+=(//runtime/cli:verdict); fi
 bazel build "${targets[@]}"
 bin_root=$(bazel info bazel-bin 2>/dev/null)
 

@@ -42,7 +42,7 @@ if [[ -n "${CONFIGS:-}" ]]; then
   for entry in "${entries[@]}"; do configs+=(--config "$entry"); done
 fi
 
-python3 tools/bench/sweep.py --verdict "$bundle/bin/runtime/verdict" "${configs[@]}" \
+python3 tools/bench/sweep.py --verdict "$bundle/bin/runtime/cli/verdict" "${configs[@]}" \
   --tp "${TP:-1}" --overlap "${OVERLAP:-off,on}" --modes "${MODES:-static,cap-accept,compact}" \
   --concurrency "$concurrency" --max-tokens "${MAX_TOKENS:-256}" \
   --temperature "${TEMPERATURE:-0}" --server-args "$server_args ${EXTRA_SERVER_ARGS:-}" --no-plot \

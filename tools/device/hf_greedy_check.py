@@ -14,7 +14,7 @@ backend's). Checks, per prompt:
     mode, with overlap off and on.
 Writes a JSON report and exits 1 on any failed check.
 
-  python3 tools/device/hf_greedy_check.py --verdict .bundle/bin/runtime/verdict
+  python3 tools/device/hf_greedy_check.py --verdict .bundle/bin/runtime/cli/verdict
 """
 import argparse
 import json

@@ -20,7 +20,7 @@ cd "$(dirname "$0")/../.."
 tp=${1:-2}
 bundle=${BUNDLE:-.bundle}
 source "$bundle/env.sh"
-verdict="$bundle/bin/runtime/verdict"
+verdict="$bundle/bin/runtime/cli/verdict"
 session=$(mktemp -d /tmp/verdict_tp.XXXXXX)
 mpirun=(mpirun -np "$tp" --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader
         --mca btl_vader_single_copy_mechanism none -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH)
@@ -106,7 +106,7 @@ for _ in $(seq 1 240); do
   curl -sf "localhost:$port/ready" >/dev/null 2>&1 && break
   sleep 0.5
 done
-ranks=$(pgrep -P "$job" -f "runtime/verdict serve" | sort -n)
+ranks=$(pgrep -P "$job" -f "runtime/cli/verdict serve" | sort -n)
 victim=$(sed -n 2p <<<"$ranks")
 start=$(date +%s%N)
 kill -9 "$victim"

@@ -1,4 +1,4 @@
-#include "runtime/internal/sentencepiece_adapter.h"
+#include "runtime/text/internal/sentencepiece_adapter.h"
 
 #include "sentencepiece_processor.h"
 

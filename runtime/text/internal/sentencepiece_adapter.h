@@ -1,6 +1,6 @@
 // A SentencePiece processor behind std-only types (see BUILD for why).
-#ifndef VERDICT_RUNTIME_INTERNAL_SENTENCEPIECE_ADAPTER_H_
-#define VERDICT_RUNTIME_INTERNAL_SENTENCEPIECE_ADAPTER_H_
+#ifndef VERDICT_RUNTIME_TEXT_INTERNAL_SENTENCEPIECE_ADAPTER_H_
+#define VERDICT_RUNTIME_TEXT_INTERNAL_SENTENCEPIECE_ADAPTER_H_
 
 #include <memory>
 #include <string>
@@ -32,4 +32,4 @@ class SentencePieceAdapter {
 }  // namespace internal
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_INTERNAL_SENTENCEPIECE_ADAPTER_H_
+#endif  // VERDICT_RUNTIME_TEXT_INTERNAL_SENTENCEPIECE_ADAPTER_H_

@@ -1,4 +1,4 @@
-#include "runtime/internal/sentencepiece_trainer.h"
+#include "runtime/text/internal/sentencepiece_trainer.h"
 
 #include <sentencepiece_trainer.h>
 

@@ -1,7 +1,7 @@
 // Trains a small SentencePiece model for tests (see BUILD for why this sits
 // apart from the tests that use it).
-#ifndef VERDICT_RUNTIME_INTERNAL_SENTENCEPIECE_TRAINER_H_
-#define VERDICT_RUNTIME_INTERNAL_SENTENCEPIECE_TRAINER_H_
+#ifndef VERDICT_RUNTIME_TEXT_INTERNAL_SENTENCEPIECE_TRAINER_H_
+#define VERDICT_RUNTIME_TEXT_INTERNAL_SENTENCEPIECE_TRAINER_H_
 
 #include <string>
 
@@ -15,4 +15,4 @@ std::string TrainSentencePiece(const std::string& args);
 }  // namespace internal
 }  // namespace verdict
 
-#endif  // VERDICT_RUNTIME_INTERNAL_SENTENCEPIECE_TRAINER_H_
+#endif  // VERDICT_RUNTIME_TEXT_INTERNAL_SENTENCEPIECE_TRAINER_H_
