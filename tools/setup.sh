@@ -16,6 +16,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libsentencepiece-dev sentencepiece
   nlohmann-json3-dev
+  libpcre2-dev           # tokenizer.json regexes (Unicode classes, look-ahead)
   prometheus             # promtool and the server, for the monitoring tests
   python3 python3-venv   # end-to-end tests drive the server with Python clients
 )
@@ -40,16 +41,19 @@ else
 fi
 
 # The end-to-end tests drive the server with the official OpenAI Python
-# client, and tools/bench/plot.py charts benchmarks with matplotlib, from a
-# virtual environment at a fixed path the tests look up.
+# client, tools/bench/plot.py charts benchmarks with matplotlib, and the text
+# tests check the tokenizer and the chat templates against the reference
+# libraries (tokenizers, jinja2), from a virtual environment at a fixed path
+# the tests look up.
 venv=/opt/verdict/python
-if ! "$venv/bin/python3" -c "import openai, matplotlib
-assert openai.__version__ == \"3.57.0\" and matplotlib.__version__ == \"3.11.2\"" 2>/dev/null; then
-  echo "setup: creating $venv with the openai client and matplotlib"
+if ! "$venv/bin/python3" -c "import openai, matplotlib, tokenizers, jinja2
+assert openai.__version__ == \"3.57.0\" and matplotlib.__version__ == \"3.11.2\"
+assert tokenizers.__version__ == \"0.23.3\" and jinja2.__version__ == \"3.1.6\"" 2>/dev/null; then
+  echo "setup: creating $venv with the openai client, matplotlib, tokenizers and jinja2"
   "${sudo_cmd[@]}" mkdir -p "$(dirname "$venv")"
   "${sudo_cmd[@]}" /usr/bin/python3 -m venv "$venv"
   "${sudo_cmd[@]}" "$venv/bin/pip" install -q --disable-pip-version-check \
-    "openai==3.57.0" "matplotlib==3.11.2"
+    "openai==3.57.0" "matplotlib==3.11.2" "tokenizers==0.23.3" "jinja2==3.1.6"
 fi
 
 if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
