@@ -381,7 +381,8 @@ absl::StatusOr<ordered_json> RunVerifyCase(const HostVerifyStep& step, int trial
 
 // The flag is named `case` as the command line spells it; the macro only
 // pastes the name into identifiers, so the keyword is no obstacle.
-ABSL_FLAG(std::string, case, "", verdict::kSampleCaseFormat);
+ABSL_FLAG(std::string, case, "",
+          "`verdict sample`: the JSON case file (its format: `verdict sample --help`)");
 ABSL_FLAG(int, trials, 1,
           "`verdict sample`: how many times to run the case (trial t adds t to "
           "every request's seed); > 1 prints histograms");

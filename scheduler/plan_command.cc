@@ -23,6 +23,18 @@ ABSL_FLAG(std::string, mode, "",
           "`verdict plan`: static, cap-accept or compact; empty: the value of --verify-mode");
 
 namespace verdict {
+
+const char kPlanInputFormat[] = R"(--input STEP.json, one decode step:
+{"requests": [{"confidences": [0.9, 0.8, 0.7],   one per draft (gamma)
+               "max_verify_len": 4,               optional, gamma + 1
+               "speculation_disabled": false,     optional
+               "stop_emitted": false}, ...],      optional
+ "confidence_ready": true,                        optional
+ "pinned_budget": 0.5}                            optional, a fraction
+Every request has the same number of confidences (gamma). --cost-table and
+--verify-mode are the engine's flags, read here by name; --mode defaults to
+--verify-mode, and that to static.)";
+
 namespace {
 
 using json = nlohmann::json;

@@ -4,14 +4,7 @@
 //
 //   verdict plan --cost-table table.json --input step.json [--mode compact]
 //
-// step.json:
-//   {"requests": [{"confidences": [0.9, 0.8, 0.7],   one per draft (gamma)
-//                  "max_verify_len": 4,               optional, gamma + 1
-//                  "speculation_disabled": false,     optional
-//                  "stop_emitted": false}, ...],      optional
-//    "confidence_ready": true,                        optional
-//    "pinned_budget": 0.5}                            optional, a fraction
-// Every request has the same number of confidences (gamma).
+// step.json: kPlanInputFormat (below).
 //
 // Flags: --input and --mode are this command's. --cost-table and
 // --verify-mode belong to the engine (the binary has one flag set); they are
@@ -27,6 +20,9 @@
 #include "absl/types/span.h"
 
 namespace verdict {
+
+// The input format, as `verdict plan --help` prints it.
+extern const char kPlanInputFormat[];
 
 struct PlanCommandArgs {
   std::string cost_table_path;  // empty: no table (the planner verifies everything)

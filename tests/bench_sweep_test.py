@@ -4,7 +4,7 @@ server: which configurations a sweep runs, how the overlap flag is found in
 `verdict --help`, the comparison table with its change against static, and
 the chart.
 
-    bench_sweep_test.py SWEEP_PY PLOT_PY
+    bench_sweep_test.py SWEEP_PY PLOT_PY VERDICT
 """
 
 import importlib.util
@@ -15,7 +15,7 @@ import sys
 import tempfile
 import unittest
 
-SWEEP_PY, PLOT_PY = sys.argv[1], sys.argv[2]
+SWEEP_PY, PLOT_PY, VERDICT = sys.argv[1], sys.argv[2], sys.argv[3]
 spec = importlib.util.spec_from_file_location("sweep", SWEEP_PY)
 sweep = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sweep)
@@ -74,6 +74,10 @@ class OverlapFlagTest(unittest.TestCase):
         flag = sweep.find_overlap_flag(fake_verdict(HELP_STRING))
         self.assertEqual(flag, ("overlap", False))
         self.assertEqual(sweep.overlap_args(flag, "off"), ["--overlap=off"])
+
+    def test_this_trees_binary(self):
+        # `verdict --help` of this tree lists `--overlap  (default: off)`.
+        self.assertEqual(sweep.find_overlap_flag(VERDICT), ("overlap", False))
 
 
 class ConfigurationsTest(unittest.TestCase):

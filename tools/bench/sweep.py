@@ -72,13 +72,15 @@ def find_overlap_flag(verdict):
     """The server's overlap flag, as (name, is_bool), or None without one."""
     result = subprocess.run([verdict, "--help"], capture_output=True, text=True, timeout=60)
     text = result.stdout + result.stderr
-    # absl lists each flag at the start of a line as `--name (help); default: v;`;
-    # a flag named in another flag's help text does not count.
-    match = re.search(r"^\s*--([A-Za-z0-9_-]*overlap[A-Za-z0-9_-]*) \((.*?)(?=^\s*--|\Z)", text,
-                      re.M | re.S)
+    # Each flag starts a line: `--name  (default: v)` with its help below (this
+    # tree's `verdict --help`), or `--name (help); default: v;` (absl's, which
+    # older binaries print); a flag named in another flag's help text does not
+    # count.
+    match = re.search(r"^\s*--([A-Za-z0-9_-]*overlap[A-Za-z0-9_-]*) {1,2}\((.*?)(?=^\s*--|\Z)",
+                      text, re.M | re.S)
     if not match:
         return None
-    is_bool = re.search(r"default: (true|false);", match.group(2)) is not None
+    is_bool = re.search(r"default: (true|false)[;)]", match.group(2)) is not None
     return match.group(1).replace("_", "-"), is_bool
 
 
