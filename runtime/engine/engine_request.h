@@ -1,0 +1,52 @@
+// The engine's record of one request, shared by the engine's source files
+// (engine.cc: creation and the client side; engine_loop.cc: admission and
+// the step; engine_commit.cc: the commit); private to the engine's library.
+#ifndef VERDICT_RUNTIME_ENGINE_ENGINE_REQUEST_H_
+#define VERDICT_RUNTIME_ENGINE_ENGINE_REQUEST_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/generation.h"
+#include "runtime/text/tokenizer.h"
+#include "scheduler/stop_checker.h"
+
+namespace verdict {
+
+struct Engine::Request {
+  GenerationRequest req;
+  int64_t order = 0;  // admission order: the estimator's request id
+  std::vector<int32_t> tokens;  // prompt, then every committed token
+  int prompt_len = 0;
+  uint64_t seed = 0;
+  bool speculative = false;  // drafts for this request
+  int target_kv = -1;
+  int draft_kv = -1;
+  // Cache positions, step inputs and drafts are the executor's (the
+  // device's view, a step ahead of `tokens` under overlap). The caches are
+  // freed once the latest step whose job names the request is done.
+  int64_t last_step = 0;
+  bool on_device = false;  // registered with the executor, not yet released
+  // Overlap: the confidence signals of the drafts of the latest step whose
+  // results reached the CPU; they plan the request's next step. Empty
+  // before the first.
+  std::vector<float> lagged_signals;
+  std::unique_ptr<StopChecker> stop;
+  std::unique_ptr<IncrementalDetokenizer> detokenizer;
+  GenerationUsage usage;
+  absl::Time arrival;        // rank 0's clock, for latency metrics
+  absl::Time last_emit;      // the previous event with tokens
+  bool first_token_sent = false;
+  // Tokens of the finishing step, sent with the final event.
+  std::vector<int32_t> unsent_tokens;
+  std::vector<float> unsent_logprobs;
+
+  int64_t num_generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
+};
+
+}  // namespace verdict
+
+#endif  // VERDICT_RUNTIME_ENGINE_ENGINE_REQUEST_H_
