@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
@@ -27,6 +28,12 @@ ABSL_FLAG(std::string, api_key, "", "serve: require `Authorization: Bearer KEY`"
 ABSL_FLAG(std::string, served_model_name, "",
           "serve: the model name clients use; default: the target directory's name");
 ABSL_FLAG(int, metrics_port, 0, "serve: Prometheus /metrics port on rank 0 (0: off)");
+ABSL_FLAG(bool, accept_unknown_fields, false,
+          "serve: accept request fields the API does not know (logged once each) instead of "
+          "answering 400 naming the field");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "serve: address the metrics port binds (apart from --host, so that a server open "
+          "to clients keeps its metrics local unless asked)");
 ABSL_FLAG(double, drain_seconds, 30,
           "serve: on SIGTERM, how long in-flight requests may finish before they are "
           "cancelled");
@@ -54,6 +61,20 @@ std::string ReadFile(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// How long the handlers of a dead engine's requests get to end their
+// responses before the process exits.
+constexpr absl::Duration kDeadEngineGrace = absl::Seconds(2);
+
+// Logged the moment the engine's loop fails, with the rank and the step.
+void ReportDeadEngine(const Engine& engine, const absl::Status& error) {
+  std::fprintf(stderr,
+               "verdict serve (rank %d): the engine stopped at decode step %lld and cannot "
+               "serve: %s; /health answers 503 and every rank exits\n",
+               engine.rank(), static_cast<long long>(engine.stats().steps),
+               error.ToString().c_str());
+  std::fflush(stderr);
 }
 
 }  // namespace
@@ -87,8 +108,10 @@ int RunServeCommand(absl::Span<char* const> positional) {
     signals.detach();
     absl::Status s = engine.Run();
     if (!s.ok()) {
-      std::fprintf(stderr, "verdict serve (rank %d): %s\n", engine.rank(), s.ToString().c_str());
-      return 1;
+      // A rank that cannot go on ends the whole job, so that no rank waits
+      // in a collective for it and supervisors see the job fail.
+      ReportDeadEngine(engine, s);
+      rt->comm->Abort(s);
     }
     return 0;
   }
@@ -99,7 +122,7 @@ int RunServeCommand(absl::Span<char* const> positional) {
   std::unique_ptr<prometheus::Exposer> exposer;
   if (absl::GetFlag(FLAGS_metrics_port) > 0) {
     absl::StatusOr<std::unique_ptr<prometheus::Exposer>> started = StartMetricsExposer(
-        absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_metrics_port)),
+        absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":", absl::GetFlag(FLAGS_metrics_port)),
         registry);
     if (!started.ok()) {
       std::fprintf(stderr, "verdict serve: %s\n", started.status().ToString().c_str());
@@ -111,11 +134,16 @@ int RunServeCommand(absl::Span<char* const> positional) {
   }
 
   absl::Status run_status;
+  std::atomic<bool> engine_dead{false};
   std::thread loop([&] {
     run_status = engine.Run();
-    // Metrics: a loop that stopped on an error serves nothing, whatever the
-    // ranks' processes are doing.
-    if (!run_status.ok()) metrics.SetRanksUp(0);
+    if (!run_status.ok()) {
+      // Metrics: a loop that stopped on an error serves nothing, whatever
+      // the ranks' processes are doing.
+      metrics.SetRanksUp(0);
+      ReportDeadEngine(engine, run_status);
+      engine_dead.store(true);
+    }
   });
 
   const std::string model_dir = TargetModelDirFromFlags();
@@ -129,6 +157,7 @@ int RunServeCommand(absl::Span<char* const> positional) {
   ServedModel served{name, static_cast<int>(engine.max_model_len()), 64,
                      static_cast<int64_t>(std::time(nullptr))};
   OpenAiApi api(served, engine.tokenizer(), chat.ok() ? *chat : ChatTemplate());
+  api.set_accept_unknown_fields(absl::GetFlag(FLAGS_accept_unknown_fields));
   HttpServerOptions http;
   http.host = absl::GetFlag(FLAGS_host);
   http.port = absl::GetFlag(FLAGS_port);
@@ -149,6 +178,7 @@ int RunServeCommand(absl::Span<char* const> positional) {
             engine.options().max_waiting_requests + kSpareThreads,
         kMostThreads));
   }
+  http.alive = [&engine_dead] { return !engine_dead.load(); };
   HttpServer server(http, api, engine, [&engine] { return engine.ready(); });
   if (absl::Status s = server.Start(); !s.ok()) {
     std::fprintf(stderr, "verdict serve: %s\n", s.ToString().c_str());
@@ -164,15 +194,25 @@ int RunServeCommand(absl::Span<char* const> positional) {
                              .c_str()
                        : "");
 
-  WaitForStop(stop_signals, [&engine] { return engine.drain_requested(); });
+  WaitForStop(stop_signals,
+              [&] { return engine.drain_requested() || engine_dead.load(); });
+  if (engine_dead.load()) {
+    // The engine has failed every request it held; give their handlers a
+    // moment to write the error events and [DONE], then end every rank.
+    loop.join();
+    server.Shutdown(kDeadEngineGrace);
+    rt->comm->Abort(run_status);
+  }
   std::fprintf(stderr, "verdict serve: draining (up to %.0f s)\n",
                absl::GetFlag(FLAGS_drain_seconds));
   server.Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));
   engine.Shutdown();
   loop.join();
   if (!run_status.ok()) {
-    std::fprintf(stderr, "verdict serve: %s\n", run_status.ToString().c_str());
-    return 1;
+    // The loop failed while draining: end every rank the same way.
+    ReportDeadEngine(engine, run_status);
+    server.Shutdown(absl::ZeroDuration());
+    rt->comm->Abort(run_status);
   }
   std::fprintf(stderr, "verdict serve: stopped\n");
   return 0;

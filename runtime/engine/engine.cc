@@ -291,6 +291,11 @@ absl::Status Engine::ValidateRequest(const GenerationRequest& request) const {
   if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
     return absl::InvalidArgumentError("temperature: must be finite and >= 0");
   }
+  if (p.temperature > 0.0f && p.temperature < kMinTemperature) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature: must be 0 (greedy) or at least ", kMinTemperature, ", got ",
+                     p.temperature));
+  }
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
     return absl::InvalidArgumentError("top_p: must be in (0, 1]");
   }

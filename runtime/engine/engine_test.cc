@@ -367,6 +367,14 @@ TEST_F(EngineTest, BadRequestsAreRefusedWithTheField) {
   GenerationRequest empty = GreedyRequests(*engine, 4)[0];
   empty.prompt_token_ids.clear();
   EXPECT_EQ(harness.Submit(empty).code(), absl::StatusCode::kInvalidArgument);
+  // A positive temperature so small that the scaled logits overflow.
+  for (float tiny : {1e-40f, 1e-30f, 0.5f * kMinTemperature}) {
+    GenerationRequest cold = GreedyRequests(*engine, 4)[0];
+    cold.params.temperature = tiny;
+    s = harness.Submit(cold);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << tiny;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("temperature")) << tiny;
+  }
   // The engine keeps serving.
   std::vector<CollectedOutput> ok = harness.GenerateAll({GreedyRequests(*engine, 3)[0]});
   EXPECT_EQ(ok[0].token_ids.size(), 3u);

@@ -18,8 +18,15 @@
 
 namespace verdict {
 
+// The smallest positive temperature a request may ask for. Far below it the
+// scaled logits (logit / temperature) leave float range (1e-40 turns a logit
+// of 1 into infinity) and would fail the whole batch; at it, the sampled
+// distribution is already greedy to float precision for any logit gap
+// above 0.01 (exp(-100)), so nothing is lost by refusing smaller values.
+inline constexpr float kMinTemperature = 1e-4f;
+
 struct SamplingParams {
-  float temperature = 1.0f;  // 0 means greedy
+  float temperature = 1.0f;  // 0 means greedy; otherwise >= kMinTemperature
   int top_k = 0;             // 0 means no top-k filter
   float top_p = 1.0f;        // 1 means no top-p filter
   std::optional<uint64_t> seed;  // unset: the engine draws one per request

@@ -178,6 +178,18 @@ absl::Status HttpServer::Start() {
   callbacks.begin_request = [](mg_connection* conn) {
     return static_cast<HttpServer*>(mg_get_request_info(conn)->user_data)->Route(conn);
   };
+  // Errors civetweb answers itself (a malformed request line, headers too
+  // large, a body that is cut short) get the API's JSON error body too.
+  callbacks.http_error = [](mg_connection* conn, int status, const char* message) {
+    const std::string body = ErrorBody(status, message != nullptr && message[0] != '\0'
+                                                   ? message
+                                                   : mg_get_response_code_text(conn, status));
+    mg_printf(conn,
+              "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+              "Connection: close\r\n\r\n%s",
+              status, mg_get_response_code_text(conn, status), body.size(), body.c_str());
+    return 0;  // answered
+  };
   mg_init_data init = {&callbacks, this, config};
   char error_text[256] = "";
   unsigned error_code = 0;
@@ -258,6 +270,9 @@ int HttpServer::Route(mg_connection* conn) {
 
   if (path == "/health") {
     if (!get) return method_not_allowed("GET");
+    if (options_.alive && !options_.alive()) {
+      return SendJson(conn, 503, R"({"status":"unhealthy"})");
+    }
     return SendJson(conn, 200, R"({"status":"ok"})");
   }
   if (path == "/ready") {
@@ -340,7 +355,11 @@ int HttpServer::HandleGenerate(mg_connection* conn, ApiEndpoint endpoint) {
                                 "body", "request_too_large"),
                       "Connection: close\r\n");
     case BodyResult::kReadError:
-      return SendJson(conn, 400, ErrorBody(400, "the request body could not be read"));
+      mg_disable_keep_alive(conn);
+      return SendJson(conn, 400,
+                      ErrorBody(400, "the request body could not be read (cut short, or no "
+                                     "bytes within the read timeout)"),
+                      "Connection: close\r\n");
   }
 
   absl::StatusOr<ApiRequest> parsed =

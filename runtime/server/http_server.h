@@ -3,7 +3,7 @@
 //
 // Endpoints: POST /v1/completions, POST /v1/chat/completions (JSON or
 // server-sent events), GET /v1/models, GET /v1/models/{name}, GET /health
-// (200 while the process serves) and GET /ready (200 only while the engine
+// (200 while the process can serve, 503 once it cannot) and GET /ready (200 only while the engine
 // is ready and the server admits requests). With an API key, /v1/* need
 // "Authorization: Bearer <key>"; the probes do not.
 //
@@ -48,6 +48,10 @@ struct HttpServerOptions {
   absl::Duration heartbeat = absl::Seconds(5);  // idle streams send ": keep-alive"
   absl::Duration cancel_grace = absl::Seconds(2);  // Shutdown: cancel to hang-up
   int retry_after_seconds = 1;             // Retry-After of 429 and 503
+  // Whether the process can still serve, for /health (called from handler
+  // threads); unset means always. Once it says no, /health answers 503 and
+  // supervisors restart the process.
+  std::function<bool()> alive;
   // Where warnings go (unknown request fields, start-up); stderr if unset.
   std::function<void(absl::string_view)> log;
 };

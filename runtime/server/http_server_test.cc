@@ -281,6 +281,18 @@ TEST_F(HttpServerTest, HealthReadyAndModels) {
   EXPECT_EQ(JsonOf(missing)["error"]["code"], "model_not_found");
 }
 
+TEST_F(HttpServerTest, HealthIsUnhealthyOnceTheProcessCannotServe) {
+  std::atomic<bool> alive{true};
+  HttpServerOptions options;
+  options.alive = [&alive] { return alive.load(); };
+  StartServer(service_, options);
+  EXPECT_EQ(Fetch(port_, "GET", "/health").status, 200);
+  alive = false;
+  HttpResponse health = Fetch(port_, "GET", "/health");
+  EXPECT_EQ(health.status, 503);
+  EXPECT_EQ(JsonOf(health)["status"], "unhealthy");
+}
+
 TEST_F(HttpServerTest, Completion) {
   StartServer(service_);
   HttpResponse r = Fetch(port_, "POST", "/v1/completions",
@@ -445,7 +457,35 @@ TEST_F(HttpServerTest, MalformedRequestsGet4xxAndTheServerKeepsServing) {
   EXPECT_TRUE(Healthy());
 }
 
-TEST_F(HttpServerTest, UnknownFieldsAreServedAndLoggedOnce) {
+TEST_F(HttpServerTest, ErrorsCivetwebAnswersItselfAreJson) {
+  StartServer(service_);
+  for (const char* request : {"GARBAGE\r\n\r\n", "GET /health HTTP/9.9\r\n\r\n"}) {
+    HttpConnection c(port_);
+    ASSERT_TRUE(c.connected());
+    ASSERT_TRUE(c.Send(request));
+    HttpResponse r = c.ReadResponse();
+    EXPECT_GE(r.status, 400) << request;
+    EXPECT_LT(r.status, 600) << request;
+    EXPECT_EQ(r.headers["content-type"], "application/json") << request << r.body;
+    json body = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(body.is_object()) << request << ": " << r.body;
+    EXPECT_TRUE(body["error"]["message"].is_string()) << r.body;
+  }
+  EXPECT_TRUE(Healthy());
+}
+
+TEST_F(HttpServerTest, UnknownFieldIsA400NamingIt) {
+  StartServer(service_);
+  HttpResponse r = Fetch(port_, "POST", "/v1/completions",
+                         CompletionBody(2, false, R"(, "temprature": 0.5)"));
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(JsonOf(r)["error"]["param"], "temprature");
+  EXPECT_TRUE(service_.submitted().empty());
+  EXPECT_TRUE(Healthy());
+}
+
+TEST_F(HttpServerTest, UnknownFieldsAreServedAndLoggedOnceWhenAccepted) {
+  api_.set_accept_unknown_fields(true);
   StartServer(service_);
   for (int i = 0; i < 3; ++i) {
     HttpResponse r = Fetch(port_, "POST", "/v1/completions",

@@ -447,6 +447,12 @@ absl::Status ParseCommon(Fields& fields, const ServedModel& model, int vocab_siz
       !s.ok()) {
     return s;
   }
+  // Checked before the conversion to float, which rounds 5e-324 to 0.
+  if (const json* v = fields.Get("temperature");
+      v != nullptr && v->get<double>() > 0.0 && v->get<double>() < kMinTemperature) {
+    return Invalid("temperature", absl::StrCat("'temperature' must be 0 (greedy) or at least ",
+                                               kMinTemperature, ", got ", Describe(*v)));
+  }
   if (s = ReadNumber(fields.Get("top_p"), "top_p", 0.0, 1.0, true, &p.top_p); !s.ok()) return s;
   int top_k = 0;
   if (s = ReadInt(fields.Get("top_k"), "top_k", -1, std::numeric_limits<int32_t>::max(), &top_k);
@@ -645,7 +651,16 @@ absl::StatusOr<ApiRequest> OpenAiApi::ParseCompletion(absl::string_view body) co
   if (s = CheckIgnored(fields, /*chat=*/false); !s.ok()) return s;
   request.generation.params.logprobs = request.logprobs ? std::max(1, request.top_logprobs) : 0;
   fields.AppendUnknown(&request.ignored_fields);
+  if (s = CheckUnknownFields(request); !s.ok()) return s;
   return request;
+}
+
+absl::Status OpenAiApi::CheckUnknownFields(const ApiRequest& request) const {
+  if (accept_unknown_fields_ || request.ignored_fields.empty()) return absl::OkStatus();
+  const std::string& field = request.ignored_fields.front();
+  return Invalid(field, absl::StrCat("unknown field '", field,
+                                     "' (`verdict serve --accept-unknown-fields` ignores "
+                                     "unknown fields instead)"));
 }
 
 absl::StatusOr<ApiRequest> OpenAiApi::ParseChat(absl::string_view body) const {
@@ -684,6 +699,7 @@ absl::StatusOr<ApiRequest> OpenAiApi::ParseChat(absl::string_view body) const {
     if (std::find(stop.begin(), stop.end(), end_of_turn) == stop.end()) stop.push_back(end_of_turn);
   }
   fields.AppendUnknown(&request.ignored_fields);
+  if (s = CheckUnknownFields(request); !s.ok()) return s;
   return request;
 }
 

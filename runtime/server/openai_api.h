@@ -46,7 +46,10 @@ struct ServedModel {
 // Limits of the request format.
 inline constexpr int kMaxStopStrings = 16;
 inline constexpr int kMaxStopTokenIds = 64;
-inline constexpr int kMaxLogprobs = 5;
+// Alternatives per token in logprobs: the sampled token's own (the sampler
+// reports no others), so `top_logprobs` / legacy `logprobs` above it are
+// refused rather than answered with fewer.
+inline constexpr int kMaxLogprobs = 1;
 inline constexpr int kDefaultCompletionMaxTokens = 16;
 
 enum class ApiEndpoint { kCompletions, kChatCompletions };
@@ -87,6 +90,11 @@ class OpenAiApi {
   // where the tokenizer has one.
   OpenAiApi(ServedModel model, const Tokenizer& tokenizer, ChatTemplate chat_template);
 
+  // A request field the API does not know is a 400 naming it (a misspelt
+  // parameter would otherwise do nothing, silently); true accepts such
+  // fields and reports them in ApiRequest::ignored_fields instead.
+  void set_accept_unknown_fields(bool accept) { accept_unknown_fields_ = accept; }
+
   absl::StatusOr<ApiRequest> ParseCompletion(absl::string_view body) const;
   absl::StatusOr<ApiRequest> ParseChat(absl::string_view body) const;
 
@@ -103,6 +111,9 @@ class OpenAiApi {
   ServedModel model_;
   const Tokenizer& tokenizer_;
   ChatTemplate chat_template_;
+  bool accept_unknown_fields_ = false;
+
+  absl::Status CheckUnknownFields(const ApiRequest& request) const;
 };
 
 // Builds the response of one request from its engine events, either as one

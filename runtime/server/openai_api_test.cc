@@ -91,7 +91,7 @@ TEST_F(OpenAiApiTest, CompletionAllParameters) {
                {"stop_token_ids", {2, 259}},
                {"stream", true},
                {"stream_options", {{"include_usage", true}}},
-               {"logprobs", 3},
+               {"logprobs", 1},
                {"speculation", false},
                {"max_draft_tokens", 4},
                {"ignore_eos", true},
@@ -116,8 +116,8 @@ TEST_F(OpenAiApiTest, CompletionAllParameters) {
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
   EXPECT_TRUE(r.logprobs);
-  EXPECT_EQ(r.top_logprobs, 3);
-  EXPECT_EQ(p.logprobs, 3);
+  EXPECT_EQ(r.top_logprobs, 1);
+  EXPECT_EQ(p.logprobs, 1);
   EXPECT_FALSE(p.speculation);
   EXPECT_EQ(p.max_draft_tokens, 4);
   EXPECT_TRUE(p.ignore_eos);
@@ -138,7 +138,8 @@ TEST_F(OpenAiApiTest, NullMeansNotGiven) {
   EXPECT_EQ(r.generation.params.temperature, 1.0f);
 }
 
-TEST_F(OpenAiApiTest, UnknownFieldsAreReportedNotRejected) {
+TEST_F(OpenAiApiTest, UnknownFieldsAreReportedWhenAccepted) {
+  api_.set_accept_unknown_fields(true);
   ApiRequest r = Completion({{"prompt", "Hi"},
                              {"min_p", 0.1},
                              {"repetition_penalty", 1.1},
@@ -172,7 +173,7 @@ TEST_F(OpenAiApiTest, ChatParameters) {
                        {"max_tokens", 5},
                        {"max_completion_tokens", 7},
                        {"logprobs", true},
-                       {"top_logprobs", 2},
+                       {"top_logprobs", 1},
                        {"tools", json::array()},
                        {"tool_choice", "none"},
                        {"response_format", {{"type", "text"}}},
@@ -183,8 +184,8 @@ TEST_F(OpenAiApiTest, ChatParameters) {
                        {"stop", {"\nUser:"}}});
   EXPECT_EQ(r.generation.params.max_tokens, 7);  // the newer name wins
   EXPECT_TRUE(r.logprobs);
-  EXPECT_EQ(r.top_logprobs, 2);
-  EXPECT_EQ(r.generation.params.logprobs, 2);
+  EXPECT_EQ(r.top_logprobs, 1);
+  EXPECT_EQ(r.generation.params.logprobs, 1);
   EXPECT_THAT(r.generation.params.stop, ElementsAre("\nUser:"));  // not added twice
   EXPECT_THAT(r.ignored_fields, IsEmpty());
 }
@@ -244,7 +245,14 @@ TEST_F(OpenAiApiTest, MalformedRequestsNameTheField) {
        "an object"},
       {false, R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})", 400,
        "stream_options.include_usage", "a boolean"},
-      {false, R"({"prompt": "x", "logprobs": 6})", 400, "logprobs", "between 0 and 5"},
+      {false, R"({"prompt": "x", "logprobs": 2})", 400, "logprobs", "between 0 and 1"},
+      {false, R"({"prompt": "x", "temperature": 1e-5})", 400, "temperature",
+       "0 (greedy) or at least 0.0001"},
+      {false, R"({"prompt": "x", "temperature": 5e-324})", 400, "temperature",
+       "0 (greedy) or at least 0.0001"},
+      {false, R"({"prompt": "x", "mirostat": 2})", 400, "mirostat", "unknown field 'mirostat'"},
+      {false, R"({"prompt": "x", "stream": true, "stream_options": {"usage": true}})", 400,
+       "stream_options.usage", "unknown field 'stream_options.usage'"},
       {false, R"({"prompt": "x", "logprobs": true})", 400, "logprobs", "an integer"},
       {false, R"({"prompt": "x", "n": 2})", 400, "n", "'n' is not supported"},
       {false, R"({"prompt": "x", "best_of": 3})", 400, "best_of", "not supported"},
@@ -280,8 +288,10 @@ TEST_F(OpenAiApiTest, MalformedRequestsNameTheField) {
        "messages[0].tool_calls", "tool calls"},
       {true, "{" + msgs + R"(, "logprobs": 1})", 400, "logprobs", "a boolean"},
       {true, "{" + msgs + R"(, "top_logprobs": 2})", 400, "top_logprobs", "requires 'logprobs'"},
-      {true, "{" + msgs + R"(, "logprobs": true, "top_logprobs": 9})", 400, "top_logprobs",
-       "between 0 and 5"},
+      {true, "{" + msgs + R"(, "logprobs": true, "top_logprobs": 2})", 400, "top_logprobs",
+       "between 0 and 1"},
+      {true, "{" + msgs + R"(, "guided_json": "{}"})", 400, "guided_json",
+       "unknown field 'guided_json'"},
       {true, "{" + msgs + R"(, "max_completion_tokens": 0})", 400, "max_completion_tokens",
        "between 1"},
       {true, "{" + msgs + R"(, "tools": [{"type": "function"}]})", 400, "tools", "not supported"},

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""A stalled rank ends the whole job: `verdict serve` at TP 2 under mpirun,
+rank 1 stopped with SIGSTOP in the middle of a streamed completion.
+
+Within --comm-timeout plus a few seconds: rank 0 logs that the engine
+stopped (with its rank and step), the stream ends with an error event and
+[DONE], /health stops answering 200, and mpirun exits non-zero with no rank
+left running (the stopped one included).
+
+    serve_stalled_rank_test.py VERDICT LAUNCH_SH
+"""
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from local_mpi import local_mpi_env  # noqa: E402
+
+VERDICT, LAUNCH = sys.argv[1], sys.argv[2]
+COMM_TIMEOUT = 3
+# Detection (the timeout), the handlers' grace (2 s) and mpirun's teardown.
+EXIT_WITHIN = COMM_TIMEOUT + 10
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def health(port):
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        conn.request("GET", "/health")
+        return conn.getresponse().status
+    except OSError:
+        return None
+
+
+def rank_pids(root_pid):
+    """{rank: pid} of the ranks among root_pid's descendants (launch.sh, then
+    mpirun, then the ranks), from their environment."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+
+    def descends(pid):
+        while pid in parents and pid != root_pid:
+            pid = parents[pid]
+        return pid == root_pid
+
+    ranks = {}
+    for pid in parents:
+        if pid == root_pid or not descends(pid):
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+            if b"OMPI_COMM_WORLD_RANK" in env and b"verdict" in open(
+                    f"/proc/{pid}/cmdline", "rb").read():
+                ranks[int(env[b"OMPI_COMM_WORLD_RANK"])] = pid
+        except (OSError, ValueError):
+            continue
+    return ranks
+
+
+def stream_completion(port, events):
+    """Reads the SSE stream of a long completion into `events`."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    body = {"prompt": "It is a truth universally acknowledged", "max_tokens": 900,
+            "ignore_eos": True, "stream": True, "temperature": 0}
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    events.append(("status", response.status))
+    for raw in response:
+        line = raw.decode().strip()
+        if line.startswith("data: "):
+            events.append(("data", line[len("data: "):]))
+
+
+def main():
+    port = free_port()
+    env = local_mpi_env("verdict_stall_")
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+    proc = subprocess.Popen([LAUNCH, "--tp", "2", "--binary", VERDICT, "--", f"--port={port}",
+                             "--cpu-threads=1", f"--comm-timeout={COMM_TIMEOUT}",
+                             ],
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    stopped = None
+    try:
+        deadline = time.time() + 90
+        while health(port) != 200:
+            if proc.poll() is not None or time.time() > deadline:
+                raise AssertionError(f"server did not start (exit {proc.poll()})")
+            time.sleep(0.2)
+        ranks = rank_pids(proc.pid)
+        if set(ranks) != {0, 1}:
+            raise AssertionError(f"expected ranks 0 and 1 under launch.sh {proc.pid}, got {ranks}")
+
+        events = []
+        reader = threading.Thread(target=stream_completion, args=(port, events), daemon=True)
+        reader.start()
+        while sum(1 for kind, _ in events if kind == "data") < 5:
+            if not reader.is_alive():
+                raise AssertionError(f"the stream ended early: {events}")
+            time.sleep(0.05)
+
+        stopped = ranks[1]
+        os.kill(stopped, signal.SIGSTOP)
+        start = time.time()
+        try:
+            code = proc.wait(timeout=EXIT_WITHIN)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the job still runs {EXIT_WITHIN} s after rank 1 stalled")
+        took = time.time() - start
+        if code == 0:
+            raise AssertionError("the job exited 0 after a stalled rank")
+        reader.join(timeout=10)
+
+        data = [payload for kind, payload in events if kind == "data"]
+        if not data or data[-1] != "[DONE]":
+            raise AssertionError(f"the stream did not end with [DONE]: {data[-3:]}")
+        last = json.loads(data[-2])
+        if "error" not in last:
+            raise AssertionError(f"no error event before [DONE]: {data[-2]}")
+        for rank, pid in ranks.items():
+            if os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z":
+                raise AssertionError(f"rank {rank} (pid {pid}) still runs")
+        log.seek(0)
+        text = log.read()
+        if "verdict serve (rank 0): the engine stopped at decode step" not in text:
+            raise AssertionError(f"rank 0 did not report the dead engine:\n{text[-3000:]}")
+        print(f"PASS the job exited {code} {took:.1f} s after rank 1 stalled "
+              f"(--comm-timeout {COMM_TIMEOUT}); the stream ended with an error and [DONE]")
+    finally:
+        if stopped is not None:
+            try:
+                os.kill(stopped, signal.SIGKILL)
+            except OSError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.seek(0)
+        sys.stdout.write(log.read()[-4000:])
+
+
+if __name__ == "__main__":
+    main()
