@@ -93,6 +93,36 @@ def wait_healthy(port, proc, seconds=60):
     raise AssertionError("server did not become healthy")
 
 
+def listening_sockets(pid):
+    """{(address, port)} of the TCP sockets `pid` listens on (IPv4 and IPv6)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    found = set()
+    for table, width in (("tcp", 8), ("tcp6", 32)):
+        with open(f"/proc/net/{table}") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state != "0A" or inode not in inodes:  # 0A: LISTEN
+                    continue
+                address_hex, port_hex = local.split(":")
+                raw = bytes.fromhex(address_hex)
+                if width == 8:
+                    address = socket.inet_ntop(socket.AF_INET, raw[::-1])
+                else:
+                    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+                    address = socket.inet_ntop(socket.AF_INET6, words)
+                found.add((address, int(port_hex, 16)))
+    return found
+
+
 def expect(condition, message):
     if not condition:
         raise AssertionError(message)
@@ -111,6 +141,16 @@ def main():
     try:
         wait_healthy(port, proc)
         before = metrics(metrics_port)
+
+        # 0. A single-process server listens on its HTTP and metrics ports
+        # alone, both on 127.0.0.1 (no MPI sockets on other interfaces).
+        listening = listening_sockets(proc.pid)
+        if listening != {("127.0.0.1", port), ("127.0.0.1", metrics_port)}:
+            failures += 1
+            print(f"FAIL the server listens on {sorted(listening)}, expected the HTTP port "
+                  f"{port} and the metrics port {metrics_port} on 127.0.0.1 only")
+        else:
+            print(f"PASS the server listens on 127.0.0.1:{port} and :{metrics_port} only")
 
         # 1. The official client.
         result = subprocess.run(

@@ -97,13 +97,19 @@ std::string TargetModelDirFromFlags() {
 absl::StatusOr<EngineRuntime> StartEngineFromFlags(
     const std::function<absl::Status(EngineOptions*)>& adjust_options) {
   EngineRuntime rt;
-  absl::StatusOr<std::shared_ptr<MpiSession>> mpi = MpiSession::Acquire();
-  if (!mpi.ok()) return mpi.status();
-  rt.mpi = *std::move(mpi);
+  // Started without a launcher, the process is a world of one: MPI is not
+  // initialised at all, since a singleton MPI_Init opens listening sockets
+  // on every interface that nothing would ever connect to.
+  const bool launched = MpiSession::LaunchedByLauncher();
+  if (launched) {
+    absl::StatusOr<std::shared_ptr<MpiSession>> mpi = MpiSession::Acquire();
+    if (!mpi.ok()) return mpi.status();
+    rt.mpi = *std::move(mpi);
+  }
   CommOptions comm_options;
   comm_options.timeout = absl::Seconds(absl::GetFlag(FLAGS_comm_timeout));
   absl::StatusOr<std::unique_ptr<Communicator>> comm =
-      CreateCommunicator(Backend::kMpi, comm_options);
+      CreateCommunicator(launched ? Backend::kMpi : Backend::kLocal, comm_options);
   if (!comm.ok()) return comm.status();
   rt.comm = *std::move(comm);
   const int tp = absl::GetFlag(FLAGS_tp);

@@ -18,7 +18,7 @@ namespace verdict {
 
 // Everything a running engine needs kept alive, in destruction order.
 struct EngineRuntime {
-  std::shared_ptr<MpiSession> mpi;
+  std::shared_ptr<MpiSession> mpi;  // null in a process started without a launcher
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Engine> engine;
 };

@@ -1,6 +1,7 @@
 #include "runtime/model/weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -111,8 +112,22 @@ class CheckpointWeights : public WeightSource {
       return absl::OutOfRangeError(absl::StrCat(entry->file->path(), ": tensor '", spec.name,
                                                 "': read past the tensor's bytes"));
     }
-    return ConvertToFloat32(entry->tensor->dtype, bytes.data() + flat_begin * element_size,
-                            static_cast<size_t>(count), out);
+    absl::Status converted = ConvertToFloat32(
+        entry->tensor->dtype, bytes.data() + flat_begin * element_size, static_cast<size_t>(count),
+        out);
+    if (!converted.ok()) return converted;
+    // A NaN or infinity in the weights makes every logit non-finite at the
+    // first request; refuse the checkpoint now, naming where it is. Every
+    // backend reads its shards through here, so this pass over the values
+    // just converted covers them all.
+    for (int64_t i = 0; i < count; ++i) {
+      if (!std::isfinite(out[i])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            entry->file->path(), ": tensor '", spec.name, "': element ", flat_begin + i, " is ",
+            out[i], "; the checkpoint's weights must be finite"));
+      }
+    }
+    return absl::OkStatus();
   }
 
  private:

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -188,7 +189,7 @@ TEST(WeightSourceTest, ReadsBFloat16) {
   ASSERT_TRUE(source->ReadShard(spec, TensorParallel{1, 2}, TensorDType::kBF16, bf16.data()).ok());
   for (int i = 0; i < 16; ++i) EXPECT_EQ(bf16[i], FloatToBf16(f32[i]));
   EXPECT_FALSE(source->ReadShard(spec, TensorParallel{2, 2}, TensorDType::kF32, f32.data()).ok());
-  EXPECT_FALSE(source->ReadShard(spec, TensorParallel{0, 2}, TensorDType::kI32, f32.data()).ok());
+  EXPECT_FALSE(source->ReadShard(spec, TensorParallel{1, 2}, TensorDType::kI32, f32.data()).ok());
 }
 
 void ExpectSameWeights(const LlamaWeights& a, const LlamaWeights& b) {
@@ -250,9 +251,12 @@ TEST(LoadLlamaWeightsTest, ShardedBFloat16Checkpoint) {
   }
 }
 
-// Writes the tiny model's tensors, letting `edit` drop or change one.
+// Writes the tiny model's tensors, letting `edit` drop or change one and
+// `edit_values` change float32 values.
 void WriteEdited(const std::string& dir, const ModelConfig& c,
-                 const std::function<bool(WeightSpec&, TensorDType&)>& edit) {
+                 const std::function<bool(WeightSpec&, TensorDType&)>& edit,
+                 const std::function<void(const WeightSpec&, std::vector<float>&)>& edit_values =
+                     nullptr) {
   SafetensorsWriter w;
   std::unique_ptr<WeightSource> dummy = MakeDummyWeights(1);
   for (WeightSpec spec : LlamaWeightSpecs(c)) {
@@ -263,6 +267,7 @@ void WriteEdited(const std::string& dir, const ModelConfig& c,
     int64_t n = 1;
     for (int64_t d : spec.shape) n *= d;
     values.resize(n);
+    if (edit_values) edit_values(spec, values);
     if (dtype == TensorDType::kF32) {
       w.AddFloat32(spec.name, spec.shape, values);
     } else {
@@ -330,6 +335,35 @@ TEST(LoadLlamaWeightsTest, WrongDType) {
   const std::string error = LoadError(dir, c);
   EXPECT_THAT(error, HasSubstr("tensor 'model.norm.weight'"));
   EXPECT_THAT(error, HasSubstr("dtype I32 is not a weight dtype"));
+}
+
+TEST(LoadLlamaWeightsTest, NonFiniteWeightsNameFileTensorAndElement) {
+  const std::string dir = TestDir("nonfinite");
+  ModelConfig c = TinyModelConfig();
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    WriteEdited(
+        dir, c, [](WeightSpec&, TensorDType&) { return true; },
+        [bad](const WeightSpec& s, std::vector<float>& values) {
+          if (s.name == "model.layers.1.mlp.down_proj.weight") values[37] = bad;
+        });
+    const std::string error = LoadError(dir, c);
+    EXPECT_THAT(error, HasSubstr(dir + "/model.safetensors"));
+    EXPECT_THAT(error, HasSubstr("tensor 'model.layers.1.mlp.down_proj.weight'"));
+    EXPECT_THAT(error, HasSubstr("element 37"));
+    EXPECT_THAT(error, HasSubstr("must be finite"));
+  }
+  // Rank 1 of 2 reads a replicated tensor whole, so it finds the bad value
+  // too.
+  WriteEdited(
+      dir, c, [](WeightSpec&, TensorDType&) { return true; },
+      [](const WeightSpec& s, std::vector<float>& values) {
+        if (s.name == "model.norm.weight") values.back() = std::numeric_limits<float>::infinity();
+      });
+  absl::StatusOr<std::unique_ptr<WeightSource>> checkpoint = OpenCheckpointWeights(dir);
+  ASSERT_TRUE(checkpoint.ok());
+  absl::StatusOr<LlamaWeights> w = LoadLlamaWeights(c, **checkpoint, TensorParallel{1, 2});
+  ASSERT_FALSE(w.ok());
+  EXPECT_THAT(std::string(w.status().message()), HasSubstr("tensor 'model.norm.weight'"));
 }
 
 TEST(LoadLlamaWeightsTest, TruncatedCheckpoint) {

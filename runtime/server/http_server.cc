@@ -1,7 +1,12 @@
 #include "runtime/server/http_server.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,12 +80,75 @@ BodyResult ReadBody(mg_connection* conn, size_t limit, std::string* body) {
   char buf[16384];
   for (;;) {
     int n = mg_read(conn, buf, sizeof(buf));
-    if (n == 0) return BodyResult::kOk;
+    if (n == 0) {
+      // A body shorter than its Content-Length was cut short (the client
+      // closed its end, or its read deadline shut ours).
+      const bool short_body = info->content_length >= 0 &&
+                              body->size() < static_cast<size_t>(info->content_length);
+      return short_body ? BodyResult::kReadError : BodyResult::kOk;
+    }
     if (n < 0) return BodyResult::kReadError;
     // Chunked bodies have no length up front; stop reading past the limit.
     if (body->size() + static_cast<size_t>(n) > limit) return BodyResult::kTooLarge;
     body->append(buf, static_cast<size_t>(n));
   }
+}
+
+// The port and printable address of a socket's end (local or peer).
+bool SocketEnd(int fd, bool peer, std::string* address, int* port) {
+  sockaddr_storage storage = {};
+  socklen_t length = sizeof(storage);
+  sockaddr* end = reinterpret_cast<sockaddr*>(&storage);
+  if ((peer ? getpeername(fd, end, &length) : getsockname(fd, end, &length)) != 0) return false;
+  char text[INET6_ADDRSTRLEN] = "";
+  if (storage.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&storage);
+    inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+    *port = ntohs(in->sin_port);
+  } else if (storage.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&storage);
+    inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
+    *port = ntohs(in6->sin6_port);
+  } else {
+    return false;
+  }
+  *address = text;
+  return true;
+}
+
+// The socket of `conn`, or -1. civetweb does not tell a handler that its
+// client hung up, and a response sent as one body writes nothing until the
+// end; so the handler of such a request finds its connection's socket by
+// its two ends and watches it. A 4-tuple names one socket of the process.
+int ConnectionSocket(const mg_request_info* info, int server_port) {
+  DIR* fds = opendir("/proc/self/fd");
+  if (fds == nullptr) return -1;
+  int found = -1;
+  while (dirent* entry = readdir(fds)) {
+    int fd = -1;
+    if (!absl::SimpleAtoi(entry->d_name, &fd) || fd == dirfd(fds)) continue;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    std::string local, peer;
+    int local_port = 0, peer_port = 0;
+    if (!SocketEnd(fd, /*peer=*/false, &local, &local_port) || local_port != server_port ||
+        !SocketEnd(fd, /*peer=*/true, &peer, &peer_port) || peer_port != info->remote_port) {
+      continue;
+    }
+    // civetweb prints IPv4 peers of an IPv6 socket without the ::ffff: prefix.
+    if (peer == info->remote_addr || peer == absl::StrCat("::ffff:", info->remote_addr)) {
+      found = fd;
+      break;
+    }
+  }
+  closedir(fds);
+  return found;
+}
+
+// Whether the client closed its end (or the connection broke).
+bool PeerHungUp(int fd) {
+  pollfd p = {fd, POLLRDHUP, 0};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
 // Stops civetweb without waiting out its listener's poll period (2 s in
@@ -341,8 +409,24 @@ int HttpServer::HandleGenerate(mg_connection* conn, ApiEndpoint endpoint) {
     absl::MutexLock lock(&mu_);
     if (draining_) return SendError(conn, draining_error);
   }
+  const int socket = ConnectionSocket(mg_get_request_info(conn), port_);
   std::string body;
-  switch (ReadBody(conn, options_.max_body_bytes, &body)) {
+  BodyResult read;
+  bool read_timed_out = false;
+  {
+    std::unique_ptr<ReadDeadlines::Watch> watch;
+    if (socket >= 0) watch = read_deadlines_.Arm(socket, absl::Now() + options_.body_timeout);
+    read = ReadBody(conn, options_.max_body_bytes, &body);
+    read_timed_out = watch != nullptr && watch->expired();
+  }
+  if (read_timed_out) {
+    mg_disable_keep_alive(conn);
+    return SendJson(conn, 408,
+                    ErrorBody(408, absl::StrCat("the request body did not arrive within ",
+                                                absl::FormatDuration(options_.body_timeout))),
+                    "Connection: close\r\n");
+  }
+  switch (read) {
     case BodyResult::kOk:
       break;
     case BodyResult::kTooLarge:
@@ -396,7 +480,7 @@ int HttpServer::HandleGenerate(mg_connection* conn, ApiEndpoint endpoint) {
   if (cancel) service_.Cancel(id);
 
   int status = request.stream ? ServeStream(conn, request, *generation)
-                              : ServeBody(conn, request, *generation);
+                              : ServeBody(conn, request, *generation, socket);
   Finish(id);
   return status;
 }
@@ -435,19 +519,28 @@ int HttpServer::ServeStream(mg_connection* conn, const ApiRequest& request,
   return 200;
 }
 
-int HttpServer::ServeBody(mg_connection* conn, const ApiRequest& request, Generation& generation) {
+int HttpServer::ServeBody(mg_connection* conn, const ApiRequest& request, Generation& generation,
+                          int socket) {
   const std::string& id = request.generation.id;
   ResponseEncoder encoder(api_, request, id, absl::ToUnixSeconds(absl::Now()));
+  bool client_gone = false;
   while (!encoder.finished()) {
     bool abandoned = false;
-    for (const GenerationEvent& event : generation.Take(absl::InfiniteDuration(), &abandoned)) {
+    for (const GenerationEvent& event : generation.Take(kHangUpPoll, &abandoned)) {
       encoder.Add(event);
     }
     if (abandoned) {
       return SendError(conn,
                        absl::UnavailableError("the server shut down before the request finished"));
     }
+    // A client that hung up cancels its request; the engine then finishes
+    // it, and the loop ends with its final event.
+    if (!client_gone && socket >= 0 && !encoder.finished() && PeerHungUp(socket)) {
+      client_gone = true;
+      service_.Cancel(id);
+    }
   }
+  if (client_gone) return kClientClosedRequest;
   absl::StatusOr<std::string> body = encoder.Body();
   if (!body.ok()) return SendError(conn, body.status());
   return SendJson(conn, 200, *body, absl::StrCat("X-Request-Id: ", id, "\r\n"));

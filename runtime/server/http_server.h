@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "runtime/engine/generation.h"
 #include "runtime/server/openai_api.h"
+#include "runtime/server/read_deadline.h"
 
 struct mg_connection;
 struct mg_context;
@@ -45,6 +46,7 @@ struct HttpServerOptions {
   size_t max_body_bytes = size_t{1} << 20; // larger request bodies get 413
   int num_threads = 128;                   // concurrent connections served
   int request_timeout_ms = 30000;          // one socket read or write
+  absl::Duration body_timeout = absl::Seconds(10);  // a whole request body (408 beyond)
   absl::Duration heartbeat = absl::Seconds(5);  // idle streams send ": keep-alive"
   absl::Duration cancel_grace = absl::Seconds(2);  // Shutdown: cancel to hang-up
   int retry_after_seconds = 1;             // Retry-After of 429 and 503
@@ -92,7 +94,10 @@ class HttpServer {
   int Route(mg_connection* conn);
   int HandleGenerate(mg_connection* conn, ApiEndpoint endpoint);
   int ServeStream(mg_connection* conn, const ApiRequest& request, Generation& generation);
-  int ServeBody(mg_connection* conn, const ApiRequest& request, Generation& generation);
+  // `socket`: the connection's socket, watched for the client's hang-up
+  // (-1: not found, not watched).
+  int ServeBody(mg_connection* conn, const ApiRequest& request, Generation& generation,
+                int socket);
   bool Authorized(mg_connection* conn) const;
   int SendError(mg_connection* conn, const absl::Status& status);
   void LogIgnoredFields(const std::vector<std::string>& fields);
@@ -100,11 +105,18 @@ class HttpServer {
   std::string NextId(absl::string_view prefix);
   void Finish(const std::string& id);
 
+  // How often the handler of a non-streaming request checks that its client
+  // is still connected.
+  static constexpr absl::Duration kHangUpPoll = absl::Milliseconds(50);
+  // The status logged for a request whose client hung up (nothing is sent).
+  static constexpr int kClientClosedRequest = 499;
+
   const HttpServerOptions options_;
   const OpenAiApi& api_;
   GenerationService& service_;
   const std::function<bool()> ready_;
   const uint64_t id_salt_;  // makes ids differ between server runs
+  ReadDeadlines read_deadlines_;  // bounds the time a request body may take
 
   // Start and Shutdown run one at a time (lifecycle_mu_); handlers never
   // touch these.

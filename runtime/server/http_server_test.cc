@@ -61,6 +61,8 @@ class HttpConnection {
     if (fd_ >= 0) close(fd_);
     fd_ = -1;
   }
+  // Ends the sending side; the answer can still be read.
+  void CloseWrite() { shutdown(fd_, SHUT_WR); }
 
   bool Send(absl::string_view data) {
     while (!data.empty()) {
@@ -474,6 +476,46 @@ TEST_F(HttpServerTest, ErrorsCivetwebAnswersItselfAreJson) {
   EXPECT_TRUE(Healthy());
 }
 
+TEST_F(HttpServerTest, ADrippedBodyIsCutOffAtTheBodyTimeout) {
+  HttpServerOptions options;
+  options.body_timeout = absl::Milliseconds(600);
+  StartServer(service_, options);
+  const std::string body = CompletionBody(2);
+  HttpConnection c(port_);
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.Send(absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ",
+                                  body.size(), "\r\n\r\n")));
+  // One byte every 100 ms: each read is quick, the body as a whole is not.
+  const absl::Time start = absl::Now();
+  for (size_t i = 0; i < 12 && i < body.size(); ++i) {
+    c.Send(body.substr(i, 1));
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  HttpResponse r = c.ReadResponse();
+  EXPECT_EQ(r.status, 408) << r.body;
+  EXPECT_TRUE(JsonOf(r)["error"]["message"].is_string()) << r.body;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_TRUE(service_.submitted().empty());
+  EXPECT_TRUE(Healthy());
+}
+
+TEST_F(HttpServerTest, ABodyCutShortIsAnsweredAtOnce) {
+  StartServer(service_);
+  const std::string body = CompletionBody(2);
+  HttpConnection c(port_);
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.Send(absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ",
+                                  body.size() + 10, "\r\n\r\n", body)));
+  // The client sends no more and closes its sending side.
+  const absl::Time start = absl::Now();
+  c.CloseWrite();
+  HttpResponse r = c.ReadResponse();
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(JsonOf(r)["error"]["message"].get<std::string>(), HasSubstr("cut short"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_TRUE(Healthy());
+}
+
 TEST_F(HttpServerTest, UnknownFieldIsA400NamingIt) {
   StartServer(service_);
   HttpResponse r = Fetch(port_, "POST", "/v1/completions",
@@ -587,6 +629,30 @@ TEST_F(HttpServerTest, ClientDisconnectMidStreamCancelsTheRequest) {
   EXPECT_TRUE(slow.WaitForCancel(id, std::chrono::seconds(10)));
   EXPECT_TRUE(slow.WaitIdle(std::chrono::seconds(10)));
   EXPECT_TRUE(WaitNoneInFlight());
+}
+
+TEST_F(HttpServerTest, ClientDisconnectBeforeTheBodyCancelsTheRequest) {
+  ScriptedGenerationService::Options service_options;
+  service_options.step = std::chrono::milliseconds(5);
+  ScriptedGenerationService& slow = MakeService<ScriptedGenerationService>(service_options);
+  StartServer(slow);
+  HttpConnection c(port_);
+  ASSERT_TRUE(c.SendRequest("POST", "/v1/completions", CompletionBody(50000, false)));
+  // The whole answer would take minutes; hang up once the engine runs it.
+  for (int i = 0; i < 500 && slow.running() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(slow.running(), 1);
+  const std::string id = slow.submitted().at(0).id;
+  const absl::Time hung_up = absl::Now();
+  c.Close();
+  EXPECT_TRUE(slow.WaitForCancel(id, std::chrono::seconds(10)));
+  EXPECT_LT(absl::Now() - hung_up, absl::Seconds(2));
+  EXPECT_TRUE(slow.WaitIdle(std::chrono::seconds(10)));
+  EXPECT_TRUE(WaitNoneInFlight());
+  // The server goes on serving.
+  HttpResponse next = Fetch(port_, "POST", "/v1/completions", CompletionBody(3));
+  EXPECT_EQ(next.status, 200);
 }
 
 // request_timeout_ms bounds one socket operation, not a whole generation.
