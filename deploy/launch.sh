@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Launches verdict with mpirun: one rank per GPU, rank 0 serves HTTP.
 #
-#   deploy/launch.sh --tp N [--hostfile FILE] [--binary PATH] [--dry-run] -- [verdict serve flags]
+#   deploy/launch.sh --tp N [--hostfile FILE] [--iface IF] [--binary PATH] [--dry-run] \
+#       -- [verdict serve flags]
 #
 # Ranks map to GPUs by their local rank on each node (rank r on a node uses
 # GPU r); with a hostfile, give each node `slots=<GPUs per node>`
@@ -11,6 +12,13 @@
 # takes the hosts from the allocation. The environment every rank gets is
 # exported explicitly with -x so that remote nodes see it too.
 # NCCL_NVLS_ENABLE=0 keeps NVLink multicast off.
+#
+# Network: the ranks' MPI and NCCL traffic stays on one interface. --iface IF
+# names it (Open MPI's btl_tcp_if_include and oob_tcp_if_include, and
+# NCCL_SOCKET_IFNAME); without it, a job on this node alone keeps to the
+# loopback interface, and a job across nodes needs --iface (or the
+# operator's own OMPI_MCA_* / NCCL_SOCKET_IFNAME settings), so that nothing
+# listens on interfaces the operator did not choose.
 #
 # Stopping: send SIGTERM (or Ctrl-C) to this script. The ranks drain
 # in-flight requests (verdict serve --drain-seconds) and exit 0. mpirun
@@ -24,12 +32,14 @@ set -euo pipefail
 
 tp=1
 hostfile=""
+iface=""
 binary="${VERDICT_BINARY:-verdict}"
 dry_run=0
 while (($#)); do
   case "$1" in
     --tp) tp=$2; shift 2 ;;
     --hostfile) hostfile=$2; shift 2 ;;
+    --iface) iface=$2; shift 2 ;;
     --binary) binary=$2; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     --) shift; break ;;
@@ -45,8 +55,24 @@ export NCCL_NVLS_ENABLE=0
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export NVSHMEM_DISABLE_NVLS=1
 
+multi_node=0
+if [[ -n "$hostfile" || -n "${SLURM_JOB_NUM_NODES:-}" && "${SLURM_JOB_NUM_NODES:-1}" != 1 ]]; then
+  multi_node=1
+fi
+if [[ -z "$iface" && $multi_node == 0 ]]; then iface=lo; fi
+if [[ -n "$iface" ]]; then
+  export NCCL_SOCKET_IFNAME="$iface"
+elif [[ -z "${OMPI_MCA_btl_tcp_if_include:-}" || -z "${NCCL_SOCKET_IFNAME:-}" ]]; then
+  echo "launch.sh: a job across nodes needs --iface IF (the interface MPI and NCCL use)," \
+       "or OMPI_MCA_btl_tcp_if_include, OMPI_MCA_oob_tcp_if_include and NCCL_SOCKET_IFNAME" >&2
+  exit 2
+fi
+
 cmd=(mpirun -np "$tp" --bind-to none --map-by slot)
 if [[ -n "$hostfile" ]]; then cmd+=(--hostfile "$hostfile"); fi
+if [[ -n "$iface" ]]; then
+  cmd+=(--mca btl_tcp_if_include "$iface" --mca oob_tcp_if_include "$iface")
+fi
 if [[ $(id -u) -eq 0 ]]; then cmd+=(--allow-run-as-root); fi
 for var in NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS \
            NCCL_DEBUG NCCL_SOCKET_IFNAME NCCL_IB_HCA CUDA_VISIBLE_DEVICES; do

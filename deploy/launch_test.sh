@@ -9,8 +9,20 @@ out=$("$launch" --tp 4 --binary /opt/verdict --dry-run -- --model /m --port 9000
 [[ "$out" == *"-x NCCL_NVLS_ENABLE"* ]] || fail "NCCL_NVLS_ENABLE not exported: $out"
 [[ "$out" == *"/opt/verdict serve --tp 4 --model /m --port 9000"* ]] || fail "bad tail: $out"
 
-out=$("$launch" --tp 8 --hostfile hosts.txt --binary v --dry-run)
+# One node: MPI and NCCL keep to the loopback interface.
+[[ "$out" == *"--mca btl_tcp_if_include lo --mca oob_tcp_if_include lo"* ]] ||
+  fail "single-node job not kept on lo: $out"
+[[ "$out" == *"-x NCCL_SOCKET_IFNAME"* ]] || fail "NCCL_SOCKET_IFNAME not exported: $out"
+
+out=$("$launch" --tp 8 --hostfile hosts.txt --iface eth1 --binary v --dry-run)
 [[ "$out" == *"--map-by slot --hostfile hosts.txt"* ]] || fail "hostfile not passed: $out"
+[[ "$out" == *"--mca btl_tcp_if_include eth1 --mca oob_tcp_if_include eth1"* ]] ||
+  fail "--iface not passed: $out"
+# Across nodes without an interface named: refused, naming the flag.
+if err=$("$launch" --tp 8 --hostfile hosts.txt --binary v --dry-run 2>&1); then
+  fail "a multi-node job without --iface was accepted: $err"
+fi
+[[ "$err" == *"--iface"* ]] || fail "the refusal does not name --iface: $err"
 
 if "$launch" --tp 0 --dry-run 2>/dev/null; then fail "--tp 0 accepted"; fi
 if "$launch" --bogus --dry-run 2>/dev/null; then fail "unknown option accepted"; fi
