@@ -19,6 +19,7 @@ packages=(
   libpcre2-dev           # tokenizer.json regexes (Unicode classes, look-ahead)
   prometheus             # promtool and the server, for the monitoring tests
   python3 python3-venv   # end-to-end tests drive the server with Python clients
+  clang libclang-rt-14-dev  # tools/fuzz/run.sh: libFuzzer and the sanitizers
 )
 
 missing=()

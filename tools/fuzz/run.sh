@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds the fuzz targets of tests/fuzz with clang and libFuzzer (with
+# AddressSanitizer and UndefinedBehaviorSanitizer) and fuzzes each, starting
+# from its corpus, for a number of runs or seconds. A crash leaves its input
+# in OUT_DIR/NAME/ and fails the script: add that file to
+# tests/fuzz/corpus/NAME/, so that `bazel test` replays it from then on.
+#
+#   tools/fuzz/run.sh [--runs N | --seconds S] [--seed K] [--out OUT_DIR] [NAME...]
+#
+# With --runs and --seed a run is repeatable (CI uses both).
+#
+# The build uses an output base of its own, so that the compiler switch does
+# not invalidate the ordinary build's cache.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+runs=""
+seconds=30
+seed=0
+out=/tmp/verdict-fuzz
+names=()
+while (($#)); do
+  case "$1" in
+    --runs) runs=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
+    *) names+=("$1"); shift ;;
+  esac
+done
+if ((${#names[@]} == 0)); then
+  mapfile -t names < <(ls tests/fuzz/corpus)
+fi
+if ! command -v clang > /dev/null; then
+  echo "fuzz: clang is missing (tools/setup.sh installs it)" >&2
+  exit 1
+fi
+
+targets=()
+for n in "${names[@]}"; do targets+=("//tests/fuzz:${n}_fuzzer"); done
+bazel_fuzz=(bazel --output_base="${VERDICT_FUZZ_OUTPUT_BASE:-/tmp/verdict-fuzz-output-base}")
+"${bazel_fuzz[@]}" build --config=fuzz "${targets[@]}"
+bin=$("${bazel_fuzz[@]}" info --config=fuzz bazel-bin 2>/dev/null)
+
+status=0
+mkdir -p "$out"
+for n in "${names[@]}"; do
+  work="$out/$n"
+  rm -rf "$work"
+  mkdir -p "$work/corpus"
+  cp tests/fuzz/corpus/"$n"/* "$work/corpus/"
+  limit=(-max_total_time="$seconds")
+  if [[ -n "$runs" ]]; then limit=(-runs="$runs"); fi
+  echo "fuzz: $n (${limit[*]})"
+  if ! LSAN_OPTIONS="suppressions=$PWD/tests/fuzz/lsan.supp" "$bin/tests/fuzz/${n}_fuzzer" "${limit[@]}" -rss_limit_mb=2048 -max_len=65536 -seed="$seed" \
+       -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" > "$work/log" 2>&1; then
+    echo "fuzz: $n FAILED; the input is in $work/ (log: $work/log)" >&2
+    tail -30 "$work/log" >&2
+    status=1
+  fi
+  grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|^#[0-9]+ *DONE" "$work/log" | tr '\n' ' '
+  echo
+done
+"${bazel_fuzz[@]}" shutdown > /dev/null 2>&1 || true
+exit "$status"
