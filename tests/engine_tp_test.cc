@@ -53,13 +53,13 @@
 #include "comm/create_communicator.h"
 #include "comm/local_communicator.h"
 #include "comm/mpi_session.h"
+#include "comm/testing/rank_failure_printer.h"
 #include "gtest/gtest.h"
 #include "runtime/engine/collective_timer.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/engine_test_util.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/random_model.h"
-#include "comm/testing/rank_failure_printer.h"
 
 namespace verdict {
 namespace {

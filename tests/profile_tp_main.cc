@@ -17,8 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "comm/communicator.h"
 #include "comm/testing/mpi_world.h"
-#include "runtime/engine/engine.h"
 #include "runtime/cli/profile_command.h"
+#include "runtime/engine/engine.h"
 #include "scheduler/cost_table.h"
 #include "scheduler/determinism.h"
 

@@ -43,8 +43,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/verify_sampler.h"
-#include "runtime/engine/device_sampling.h"
 #include "runtime/engine/collective_timer.h"
+#include "runtime/engine/device_sampling.h"
 #include "runtime/model/llama_model.h"
 
 namespace verdict {

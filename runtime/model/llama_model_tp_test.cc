@@ -20,13 +20,13 @@
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_session.h"
+#include "comm/testing/rank_failure_printer.h"
 #include "gtest/gtest.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/random_model.h"
 #include "runtime/model/weights.h"
-#include "comm/testing/rank_failure_printer.h"
 
 namespace verdict {
 namespace {

@@ -30,8 +30,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "runtime/text/chat_template.h"
 #include "runtime/engine/generation.h"
+#include "runtime/text/chat_template.h"
 #include "runtime/text/tokenizer.h"
 
 namespace verdict {
