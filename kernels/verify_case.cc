@@ -152,8 +152,8 @@ absl::StatusOr<std::unique_ptr<HostVerifyStep>> ParseVerifyCase(const json& c) {
   if (absl::Status s = ReadNumber(c, "penalty", "top level", "", &config.penalty); !s.ok()) {
     return s;
   }
-  if (absl::Status s = ReadNumber(c, "simulated_acceptance", "top level", "",
-                                  &config.simulated_acceptance);
+  if (absl::Status s =
+          ReadNumber(c, "simulated_acceptance", "top level", "", &config.simulated_acceptance);
       !s.ok()) {
     return s;
   }
@@ -269,8 +269,7 @@ absl::StatusOr<std::unique_ptr<HostVerifyStep>> ParseVerifyCase(const json& c) {
       }
       for (size_t k = 0; k < drafts; ++k) {
         std::vector<float> p;
-        if (absl::Status s = ReadFloatRow(ps[k], vocab, false,
-                                          absl::StrCat(where, ", draft ", k),
+        if (absl::Status s = ReadFloatRow(ps[k], vocab, false, absl::StrCat(where, ", draft ", k),
                                           absl::StrCat(path, "draft_probs[", k, "]"), &p);
             !s.ok()) {
           return s;

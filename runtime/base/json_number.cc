@@ -44,8 +44,8 @@ absl::StatusOr<int64_t> JsonInteger(const nlohmann::json& v, absl::string_view p
   return Refuse(path, absl::StrCat("an integer in [", min, ", ", max, "]"), v);
 }
 
-absl::StatusOr<uint64_t> JsonUnsigned(const nlohmann::json& v, absl::string_view path,
-                                      uint64_t min, uint64_t max) {
+absl::StatusOr<uint64_t> JsonUnsigned(const nlohmann::json& v, absl::string_view path, uint64_t min,
+                                      uint64_t max) {
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
     if (u >= min && u <= max) return u;

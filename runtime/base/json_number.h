@@ -36,8 +36,8 @@ absl::StatusOr<int64_t> JsonInteger(const nlohmann::json& v, absl::string_view p
 
 // A JSON integer in [min, max] for unsigned fields, whose range may reach
 // past INT64_MAX; negative integers are refused.
-absl::StatusOr<uint64_t> JsonUnsigned(const nlohmann::json& v, absl::string_view path,
-                                      uint64_t min, uint64_t max);
+absl::StatusOr<uint64_t> JsonUnsigned(const nlohmann::json& v, absl::string_view path, uint64_t min,
+                                      uint64_t max);
 
 // A JSON integer that fits T, or [min, max] within T when given.
 template <typename T>
