@@ -7,12 +7,14 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/verify_sampler.h"
+#include "runtime/base/json_number.h"
 
 namespace verdict {
 
@@ -36,6 +38,8 @@ A request:
  "top_p" (1 = off), "seed" (0), "position" (0),
  "verify_len" (-1 = all drafts; the planned length for cap-accept),
  "stop_token_ids" ([]), "golden_token_ids" (one per row, -1 = none).
+Integer fields take JSON integers that fit the field (5, not 5.0); numbers
+must be finite (as float32 for logits and draft probabilities).
 Output on stdout, JSON. With --trials=1, every output field:
  "rows": per row request, local_step, is_verify, draft_token_id,
  raw_accept, accept, is_final, candidate_token_id,
@@ -57,41 +61,75 @@ absl::Status CaseError(const std::string& where, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("case: ", where, ": ", what));
 }
 
+// A value refused by runtime/base/json_number, whose message starts with the
+// field's JSON path: that path is the `where` of the error.
+absl::Status CaseError(const absl::Status& refused) {
+  return absl::InvalidArgumentError(absl::StrCat("case: ", refused.message()));
+}
+
+// `path` is the row's JSON path, which names a refused entry.
 absl::Status ReadFloatRow(const json& value, int32_t vocab, bool probs, const std::string& where,
-                          std::vector<float>* out) {
+                          const std::string& path, std::vector<float>* out) {
   if (!value.is_array()) return CaseError(where, "expected an array");
   if (static_cast<int64_t>(value.size()) != vocab) {
     return CaseError(where, absl::StrCat("has ", value.size(), " entries, vocab_size is ", vocab));
   }
   out->clear();
-  for (const json& x : value) {
+  for (size_t j = 0; j < value.size(); ++j) {
+    const json& x = value[j];
     if (!x.is_number()) return CaseError(where, "expected numbers");
-    const double v = x.get<double>();
+    const std::string entry = absl::StrCat(path, "[", j, "]");
     if (probs) {
-      out->push_back(v > 0 ? static_cast<float>(std::log(v)) : -1e30f);
+      // A probability only needs to be finite: its log is.
+      absl::StatusOr<double> v = JsonFiniteNumber(x, entry);
+      if (!v.ok()) return CaseError(v.status());
+      out->push_back(*v > 0 ? static_cast<float>(std::log(*v)) : -1e30f);
     } else {
-      out->push_back(static_cast<float>(v));
+      // A logit past the float range would reach the sampler as Inf.
+      absl::StatusOr<float> v = JsonFiniteFloat(x, entry);
+      if (!v.ok()) return CaseError(v.status());
+      out->push_back(*v);
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status ReadIds(const json& value, const std::string& where, std::vector<int32_t>* out) {
+// Token ids (and request indices) are int32 in the sampler; the vocabulary
+// bound is checked where it applies. `path` is the array's JSON path.
+absl::Status ReadIds(const json& value, const std::string& where, const std::string& path,
+                     std::vector<int32_t>* out) {
   if (!value.is_array()) return CaseError(where, "expected an array of token ids");
   out->clear();
-  for (const json& x : value) {
+  for (size_t j = 0; j < value.size(); ++j) {
+    const json& x = value[j];
     if (!x.is_number_integer()) return CaseError(where, "expected integer token ids");
-    out->push_back(x.get<int32_t>());
+    absl::StatusOr<int32_t> id = JsonIntegerAs<int32_t>(x, absl::StrCat(path, "[", j, "]"));
+    if (!id.ok()) return CaseError(id.status());
+    out->push_back(*id);
   }
   return absl::OkStatus();
 }
 
+// An optional field of `object`, whose JSON path is `prefix` + key. Integer
+// fields take integers that fit T; floating-point fields take numbers that
+// are finite as T.
 template <typename T>
-absl::Status ReadNumber(const json& object, const char* key, const std::string& where, T* out) {
+absl::Status ReadNumber(const json& object, const char* key, const std::string& where,
+                        const std::string& prefix, T* out) {
   if (!object.contains(key)) return absl::OkStatus();
   const json& v = object.at(key);
   if (!v.is_number()) return CaseError(where, absl::StrCat("\"", key, "\" must be a number"));
-  *out = v.get<T>();
+  const std::string path = absl::StrCat(prefix, key);
+  if constexpr (std::is_integral_v<T>) {
+    absl::StatusOr<T> value = JsonIntegerAs<T>(v, path);
+    if (!value.ok()) return CaseError(value.status());
+    *out = *value;
+  } else {
+    static_assert(std::is_same_v<T, float>, "case fields are integers or float32");
+    absl::StatusOr<float> value = JsonFiniteFloat(v, path);
+    if (!value.ok()) return CaseError(value.status());
+    *out = *value;
+  }
   return absl::OkStatus();
 }
 
@@ -102,16 +140,20 @@ absl::StatusOr<std::unique_ptr<HostVerifyStep>> ParseVerifyCase(const json& c) {
   if (!c.contains("vocab_size") || !c.at("vocab_size").is_number_integer()) {
     return CaseError("top level", "\"vocab_size\" (integer) is required");
   }
-  const int32_t vocab = c.at("vocab_size").get<int32_t>();
-  if (vocab < 1 || vocab > kMaxVocabSize) return CaseError("top level", "bad vocab_size");
+  absl::StatusOr<int32_t> read_vocab =
+      JsonIntegerAs<int32_t>(c.at("vocab_size"), "vocab_size", 1, kMaxVocabSize);
+  if (!read_vocab.ok()) return CaseError(read_vocab.status());
+  const int32_t vocab = *read_vocab;
   if (!c.contains("requests") || !c.at("requests").is_array()) {
     return CaseError("top level", "\"requests\" (array) is required");
   }
   const json& requests = c.at("requests");
   SamplerConfig config;
-  if (absl::Status s = ReadNumber(c, "penalty", "top level", &config.penalty); !s.ok()) return s;
-  if (absl::Status s = ReadNumber(c, "simulated_acceptance", "top level",
-                                  &config.simulated_acceptance);
+  if (absl::Status s = ReadNumber(c, "penalty", "top level", "", &config.penalty); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          ReadNumber(c, "simulated_acceptance", "top level", "", &config.simulated_acceptance);
       !s.ok()) {
     return s;
   }
@@ -122,7 +164,7 @@ absl::StatusOr<std::unique_ptr<HostVerifyStep>> ParseVerifyCase(const json& c) {
     }
   }
   config.nextn = max_drafts;
-  if (absl::Status s = ReadNumber(c, "nextn", "top level", &config.nextn); !s.ok()) return s;
+  if (absl::Status s = ReadNumber(c, "nextn", "top level", "", &config.nextn); !s.ok()) return s;
   auto step = std::make_unique<HostVerifyStep>(vocab, config);
 
   // Bitmasks, grouped per request as (step, words).
@@ -137,9 +179,13 @@ absl::StatusOr<std::unique_ptr<HostVerifyStep>> ParseVerifyCase(const json& c) {
           !b.contains("requests") || !b.at("requests").is_array()) {
         return CaseError(where, "needs \"step\" and \"requests\"");
       }
-      const int32_t k = b.at("step").get<int32_t>();
+      absl::StatusOr<int32_t> k = JsonIntegerAs<int32_t>(b.at("step"), where + ".step");
+      if (!k.ok()) return CaseError(k.status());
       std::vector<int32_t> listed;
-      if (absl::Status s = ReadIds(b.at("requests"), where, &listed); !s.ok()) return s;
+      if (absl::Status s = ReadIds(b.at("requests"), where, where + ".requests", &listed);
+          !s.ok()) {
+        return s;
+      }
       const bool by_ids = b.contains("allowed_token_ids");
       const json& payload = by_ids ? b.at("allowed_token_ids") : b.value("bits", json());
       if (!payload.is_array() || payload.size() != listed.size()) {
@@ -149,22 +195,30 @@ absl::StatusOr<std::unique_ptr<HostVerifyStep>> ParseVerifyCase(const json& c) {
         std::vector<uint32_t> words;
         if (by_ids) {
           std::vector<int32_t> ids;
-          if (absl::Status s = ReadIds(payload[i], where, &ids); !s.ok()) return s;
+          if (absl::Status s = ReadIds(payload[i], where,
+                                       absl::StrCat(where, ".allowed_token_ids[", i, "]"), &ids);
+              !s.ok()) {
+            return s;
+          }
           for (const int32_t id : ids) {
             if (id < 0 || id >= vocab) return CaseError(where, "allowed id out of the vocabulary");
           }
           words = BitmaskAllowing(vocab, ids);
         } else {
           if (!payload[i].is_array()) return CaseError(where, "bits must be arrays of words");
-          for (const json& w : payload[i]) {
+          for (size_t j = 0; j < payload[i].size(); ++j) {
+            const json& w = payload[i][j];
             if (!w.is_number_unsigned()) return CaseError(where, "bits must be unsigned words");
-            words.push_back(w.get<uint32_t>());
+            absl::StatusOr<uint32_t> word =
+                JsonIntegerAs<uint32_t>(w, absl::StrCat(where, ".bits[", i, "][", j, "]"));
+            if (!word.ok()) return CaseError(word.status());
+            words.push_back(*word);
           }
           if (static_cast<int32_t>(words.size()) != (vocab + 31) / 32) {
             return CaseError(where, absl::StrCat("bits need ", (vocab + 31) / 32, " words"));
           }
         }
-        masks[listed[i]].push_back({k, words});
+        masks[listed[i]].push_back({*k, words});
       }
     }
   }
@@ -177,6 +231,7 @@ absl::StatusOr<std::unique_ptr<HostVerifyStep>> ParseVerifyCase(const json& c) {
   for (size_t i = 0; i < requests.size(); ++i) {
     const json& r = requests[i];
     const std::string where = absl::StrCat("request ", i);
+    const std::string path = absl::StrCat("requests[", i, "].");
     if (!r.is_object()) return CaseError(where, "expected an object");
     VerifyRequest req;
     const bool probs = r.contains("target_probs");
@@ -186,8 +241,9 @@ absl::StatusOr<std::unique_ptr<HostVerifyStep>> ParseVerifyCase(const json& c) {
     }
     for (size_t k = 0; k < rows.size(); ++k) {
       std::vector<float> row;
-      if (absl::Status s = ReadFloatRow(rows[k], vocab, probs, absl::StrCat(where, ", row ", k),
-                                        &row);
+      if (absl::Status s = ReadFloatRow(
+              rows[k], vocab, probs, absl::StrCat(where, ", row ", k),
+              absl::StrCat(path, probs ? "target_probs[" : "target_logits[", k, "]"), &row);
           !s.ok()) {
         return s;
       }
@@ -196,7 +252,8 @@ absl::StatusOr<std::unique_ptr<HostVerifyStep>> ParseVerifyCase(const json& c) {
     const size_t drafts = rows.size() - 1;
     if (drafts > 0) {
       if (!r.contains("draft_token_ids")) return CaseError(where, "needs \"draft_token_ids\"");
-      if (absl::Status s = ReadIds(r.at("draft_token_ids"), where, &req.draft_token_ids);
+      if (absl::Status s = ReadIds(r.at("draft_token_ids"), where, path + "draft_token_ids",
+                                   &req.draft_token_ids);
           !s.ok()) {
         return s;
       }
@@ -212,8 +269,8 @@ absl::StatusOr<std::unique_ptr<HostVerifyStep>> ParseVerifyCase(const json& c) {
       }
       for (size_t k = 0; k < drafts; ++k) {
         std::vector<float> p;
-        if (absl::Status s = ReadFloatRow(ps[k], vocab, false,
-                                          absl::StrCat(where, ", draft ", k), &p);
+        if (absl::Status s = ReadFloatRow(ps[k], vocab, false, absl::StrCat(where, ", draft ", k),
+                                          absl::StrCat(path, "draft_probs[", k, "]"), &p);
             !s.ok()) {
           return s;
         }
@@ -228,36 +285,44 @@ absl::StatusOr<std::unique_ptr<HostVerifyStep>> ParseVerifyCase(const json& c) {
       for (size_t k = 0; k < drafts; ++k) {
         std::vector<float> p(vocab, 0.0f);
         if (!lists[k].is_array()) return CaseError(where, "draft_topk lists are arrays");
-        for (const json& e : lists[k]) {
+        for (size_t j = 0; j < lists[k].size(); ++j) {
+          const json& e = lists[k][j];
           if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() || !e[1].is_number()) {
             return CaseError(absl::StrCat(where, ", draft ", k), "entries are [id, p]");
           }
-          const int32_t id = e[0].get<int32_t>();
-          if (id < 0 || id >= vocab) {
+          const std::string entry = absl::StrCat(path, "draft_topk[", k, "][", j, "]");
+          absl::StatusOr<int32_t> id = JsonIntegerAs<int32_t>(e[0], entry + "[0]");
+          if (!id.ok()) return CaseError(id.status());
+          if (*id < 0 || *id >= vocab) {
             return CaseError(absl::StrCat(where, ", draft ", k), "id out of the vocabulary");
           }
-          p[id] += e[1].get<float>();
+          absl::StatusOr<float> prob = JsonFiniteFloat(e[1], entry + "[1]");
+          if (!prob.ok()) return CaseError(prob.status());
+          p[*id] += *prob;
         }
         req.draft_probs.push_back(std::move(p));
       }
     } else if (drafts > 0) {
       return CaseError(where, "needs \"draft_probs\" or \"draft_topk\"");
     }
-    for (absl::Status s : {ReadNumber(r, "temperature", where, &req.temperature),
-                           ReadNumber(r, "top_k", where, &req.top_k),
-                           ReadNumber(r, "top_p", where, &req.top_p),
-                           ReadNumber(r, "seed", where, &req.seed),
-                           ReadNumber(r, "position", where, &req.position),
-                           ReadNumber(r, "verify_len", where, &req.verify_len)}) {
+    for (absl::Status s : {ReadNumber(r, "temperature", where, path, &req.temperature),
+                           ReadNumber(r, "top_k", where, path, &req.top_k),
+                           ReadNumber(r, "top_p", where, path, &req.top_p),
+                           ReadNumber(r, "seed", where, path, &req.seed),
+                           ReadNumber(r, "position", where, path, &req.position),
+                           ReadNumber(r, "verify_len", where, path, &req.verify_len)}) {
       if (!s.ok()) return s;
     }
     if (r.contains("stop_token_ids")) {
-      if (absl::Status s = ReadIds(r.at("stop_token_ids"), where, &req.stop_token_ids); !s.ok()) {
+      if (absl::Status s =
+              ReadIds(r.at("stop_token_ids"), where, path + "stop_token_ids", &req.stop_token_ids);
+          !s.ok()) {
         return s;
       }
     }
     if (r.contains("golden_token_ids")) {
-      if (absl::Status s = ReadIds(r.at("golden_token_ids"), where, &req.golden_token_ids);
+      if (absl::Status s = ReadIds(r.at("golden_token_ids"), where, path + "golden_token_ids",
+                                   &req.golden_token_ids);
           !s.ok()) {
         return s;
       }
@@ -410,7 +475,8 @@ int RunSampleCommand(absl::Span<char* const> /*positional*/) {
   }
   absl::StatusOr<std::unique_ptr<HostVerifyStep>> step = ParseVerifyCase(parsed);
   if (!step.ok()) {
-    std::fprintf(stderr, "verdict sample: %s\n", std::string(step.status().message()).c_str());
+    std::fprintf(stderr, "verdict sample: %s: %s\n", path.c_str(),
+                 std::string(step.status().message()).c_str());
     return 1;
   }
   absl::StatusOr<nlohmann::ordered_json> report = RunVerifyCase(**step, absl::GetFlag(FLAGS_trials));

@@ -139,6 +139,93 @@ TEST(VerifyCaseTest, ErrorsNameTheRequestAndRow) {
   EXPECT_THAT(report.status().message(), HasSubstr("request 0, row 0: draft token id 9"));
 }
 
+// A field that nlohmann's get<int32_t>() would wrap or round (2^32 + 1
+// reads as 1) is refused, naming the field and its range.
+TEST(VerifyCaseTest, RefusesNumbersThatDoNotFitTheirField) {
+  struct Bad {
+    const char* pointer;  // JSON pointer into the worked example
+    json value;
+    const char* message;
+  };
+  const Bad cases[] = {
+      {"/requests/0/draft_token_ids/0", json::parse("4294967297"),
+       "case: requests[0].draft_token_ids[0]: expected an integer in [-2147483648, 2147483647], "
+       "got 4294967297"},
+      {"/vocab_size", json::parse("4294967300"),
+       "case: vocab_size: expected an integer in [1, 8388608], got 4294967300"},
+      {"/requests/0/seed", json::parse("-1"),
+       "case: requests[0].seed: expected an integer in [0, 18446744073709551615], got -1"},
+      {"/requests/0/top_k", json::parse("1.5"), "case: requests[0].top_k: expected an integer"},
+      {"/requests/0/top_k", json::parse("2.0"), "case: requests[0].top_k: expected an integer"},
+      {"/requests/0/verify_len", json::parse("4294967296"),
+       "case: requests[0].verify_len: expected an integer"},
+      {"/requests/0/position", json::parse("9223372036854775808"),
+       "case: requests[0].position: expected an integer"},
+      {"/nextn", json::parse("1e30"), "case: nextn: expected an integer"},
+      {"/requests/0/temperature", json::parse("1e39"),
+       "case: requests[0].temperature: expected a finite number"},
+      {"/requests/0/target_probs/0/2", json::parse("1e300"), ""},  // finite: a valid p
+      {"/requests/0/draft_probs/0/1", json::parse("-1e39"),
+       "case: requests[0].draft_probs[0][1]: expected a finite number"},
+      {"/requests/0/stop_token_ids", json::parse("[2, 4294967298]"),
+       "case: requests[0].stop_token_ids[1]: expected an integer"},
+      {"/requests/0/golden_token_ids", json::parse("[-1, -4294967295]"),
+       "case: requests[0].golden_token_ids[1]: expected an integer"},
+      {"/bitmasks", json::parse(R"([{"step": 0, "requests": [0], "bits": [[4294967297]]}])"),
+       "case: bitmasks[0].bits[0][0]: expected an integer in [0, 4294967295], got 4294967297"},
+      {"/bitmasks", json::parse(R"([{"step": 4294967296, "requests": [0], "bits": [[1]]}])"),
+       "case: bitmasks[0].step: expected an integer"},
+      {"/bitmasks",
+       json::parse(R"([{"step": 0, "requests": [0], "allowed_token_ids": [[4294967297]]}])"),
+       "case: bitmasks[0].allowed_token_ids[0][0]: expected an integer"},
+      {"/bitmasks", json::parse(R"([{"step": 0, "requests": [4294967296], "bits": [[1]]}])"),
+       "case: bitmasks[0].requests[0]: expected an integer"},
+  };
+  for (const Bad& bad : cases) {
+    json c = ReadJson(kWorkedExample);
+    ASSERT_FALSE(c.is_discarded());
+    c[json::json_pointer(bad.pointer)] = bad.value;
+    auto step = ParseVerifyCase(c);
+    if (std::string(bad.message).empty()) {
+      EXPECT_TRUE(step.ok()) << bad.pointer << ": " << step.status();
+      continue;
+    }
+    if (step.ok()) {
+      ADD_FAILURE() << bad.pointer << " = " << bad.value.dump() << " was accepted";
+      continue;
+    }
+    EXPECT_THAT(step.status().message(), HasSubstr(bad.message)) << bad.pointer;
+  }
+
+  // A sparse draft distribution: the id and the probability of each entry.
+  json c = ReadJson(kWorkedExample);
+  c["requests"][0].erase("draft_probs");
+  c["requests"][0]["draft_topk"] = json::parse("[[[0, 0.5], [4294967297, 0.5]]]");
+  auto step = ParseVerifyCase(c);
+  ASSERT_FALSE(step.ok());
+  EXPECT_THAT(step.status().message(),
+              HasSubstr("case: requests[0].draft_topk[0][1][0]: expected an integer"));
+  c["requests"][0]["draft_topk"] = json::parse("[[[0, 0.5], [1, 1e39]]]");
+  step = ParseVerifyCase(c);
+  ASSERT_FALSE(step.ok());
+  EXPECT_THAT(step.status().message(),
+              HasSubstr("case: requests[0].draft_topk[0][1][1]: expected a finite number"));
+}
+
+TEST(VerifyCaseTest, CommandNamesTheFileOfABadCase) {
+  json c = ReadJson(kWorkedExample);
+  c["requests"][0]["draft_token_ids"][0] = json::parse("4294967297");
+  const std::string path = ::testing::TempDir() + "/wrapped_token_id.json";
+  std::ofstream(path) << c.dump();
+  absl::SetFlag(&FLAGS_case, path);
+  absl::SetFlag(&FLAGS_trials, 1);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(RunSampleCommand({}), 1);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(err, HasSubstr(path + ": case: requests[0].draft_token_ids[0]"));
+  absl::SetFlag(&FLAGS_case, "");
+}
+
 TEST(VerifyCaseTest, CommandRunsAFile) {
   absl::SetFlag(&FLAGS_case, kWorkedExample);
   absl::SetFlag(&FLAGS_trials, 3);

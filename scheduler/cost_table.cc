@@ -2,14 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/json_number.h"
 
 namespace verdict {
 namespace {
@@ -46,6 +49,14 @@ double OnSegment(absl::Span<const double> knots, int s, double x, Y y) {
 
 std::string FormatNumber(double v) { return absl::StrFormat("%g", v); }
 
+// Batch sizes and verify tokens count requests and rows, which the engine
+// and the verify sampler hold as int32; a grid value beyond is a corrupt
+// table, not a measurement.
+constexpr double kMaxGridValue = std::numeric_limits<int32_t>::max();
+
+// The range of the tensor-parallel degree a table may record.
+constexpr int64_t kMaxTp = 65536;
+
 absl::Status CheckGrid(const char* name, const std::vector<double>& grid) {
   if (grid.empty())
     return absl::InvalidArgumentError(absl::StrCat("cost table: ", name, " is empty"));
@@ -54,6 +65,11 @@ absl::Status CheckGrid(const char* name, const std::vector<double>& grid) {
       return absl::InvalidArgumentError(absl::StrCat("cost table: ", name, "[", i,
                                                      "] = ", FormatNumber(grid[i]),
                                                      " is not a positive number"));
+    }
+    if (grid[i] > kMaxGridValue) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cost table: ", name, "[", i, "] = ", FormatNumber(grid[i]), " is above ",
+          FormatNumber(kMaxGridValue), " (the grid counts requests and rows in int32)"));
     }
     if (i > 0 && !(grid[i] > grid[i - 1])) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -77,7 +93,11 @@ absl::StatusOr<std::vector<double>> ParseGrid(const json& doc, const char* name)
       return absl::InvalidArgumentError(
           absl::StrCat("cost table: ", name, "[", i, "] is not a number"));
     }
-    grid.push_back(v.get<double>());
+    absl::StatusOr<double> value = JsonFiniteNumber(v, absl::StrCat(name, "[", i, "]"));
+    if (!value.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("cost table: ", value.status().message()));
+    }
+    grid.push_back(*value);
   }
   return grid;
 }
@@ -183,16 +203,24 @@ absl::StatusOr<CostTable> CostTable::FromJson(std::string_view text) {
         return absl::InvalidArgumentError(absl::StrCat(
             "cost table: ", CellName(*batch_sizes, *verify_tokens, b, m), " is not a number"));
       }
-      seconds.push_back(row[m].get<double>());
+      absl::StatusOr<double> t = JsonFiniteNumber(row[m], "");
+      if (!t.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cost table: ", CellName(*batch_sizes, *verify_tokens, b, m), ": ",
+                         t.status().message()));
+      }
+      seconds.push_back(*t);
     }
   }
   int measured_tp = 0;
   if (auto tp = doc.find("tp"); tp != doc.end()) {
-    if (!tp->is_number_integer() || tp->get<int64_t>() < 1 || tp->get<int64_t>() > 65536) {
+    absl::StatusOr<int64_t> value = JsonInteger(*tp, "", 1, kMaxTp);
+    if (!value.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("cost table: 'tp' must be a positive integer, got ", tp->dump()));
+          absl::StrCat("cost table: 'tp' must be a positive integer, got ", JsonForMessage(*tp),
+                       " (the range is [1, ", kMaxTp, "])"));
     }
-    measured_tp = static_cast<int>(tp->get<int64_t>());
+    measured_tp = static_cast<int>(*value);
   }
   absl::StatusOr<CostTable> table =
       Create(*std::move(batch_sizes), *std::move(verify_tokens), std::move(seconds));

@@ -11,6 +11,8 @@
 //   {"batch_sizes":   [1, 8, 64],          strictly increasing, positive
 //    "verify_tokens": [1, 16, 128, 512],   strictly increasing, positive
 //    "seconds":       [[...], [...], [...]]}  seconds[b][m], each > 0
+// Grid values are at most 2^31 - 1 (counts of requests and rows); every
+// number is finite.
 // An optional "tp": the tensor-parallel degree the table was measured at
 // (a positive integer; `verdict profile` writes it), so that a server at
 // another degree can say its costs come from elsewhere. Other keys are

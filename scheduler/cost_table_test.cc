@@ -215,9 +215,42 @@ INSTANTIATE_TEST_SUITE_P(
         BadTable{"FractionalTp",
                  R"({"tp": 1.5, "batch_sizes": [1], "verify_tokens": [1], "seconds": [[0.1]]})",
                  "'tp' must be a positive integer, got 1.5"},
+        // Counts beyond int32, and integers stored as unsigned 64-bit (a
+        // negative int64 when read as one) in the tp field.
+        BadTable{"HugeBatchSize",
+                 R"({"batch_sizes": [1, 1099511627776], "verify_tokens": [1],
+                  "seconds": [[0.1], [0.2]]})",
+                 "batch_sizes[1] = 1.09951e+12 is above 2.14748e+09"},
+        BadTable{"HugeVerifyTokens",
+                 R"({"batch_sizes": [1], "verify_tokens": [1, 4294967297],
+                  "seconds": [[0.1, 0.2]]})",
+                 "verify_tokens[1] = 4.29497e+09 is above 2.14748e+09"},
+        BadTable{"WrappingTp",
+                 R"({"tp": 18446744073709551615, "batch_sizes": [1], "verify_tokens": [1],
+                  "seconds": [[0.1]]})",
+                 "'tp' must be a positive integer, got 18446744073709551615 (the range is [1, "
+                 "65536])"},
+        BadTable{"HugeTp",
+                 R"({"tp": 4294967297, "batch_sizes": [1], "verify_tokens": [1],
+                  "seconds": [[0.1]]})",
+                 "'tp' must be a positive integer, got 4294967297 (the range is [1, 65536])"},
+        BadTable{"BooleanTp",
+                 R"({"tp": true, "batch_sizes": [1], "verify_tokens": [1], "seconds": [[0.1]]})",
+                 "'tp' must be a positive integer, got true"},
+        BadTable{"BooleanTime",
+                 R"({"batch_sizes": [1], "verify_tokens": [1], "seconds": [[true]]})",
+                 "seconds[0][0] (batch 1, tokens 1) is not a number"},
         BadTable{"NotJson", R"({"batch_sizes": [1], )", "not valid JSON"},
         BadTable{"NotObject", R"([1, 2])", "not an object"}),
     [](const ::testing::TestParamInfo<BadTable>& info) { return std::string(info.param.name); });
+
+TEST(CostTableTest, AcceptsTheLargestGridValue) {
+  const absl::StatusOr<CostTable> t = CostTable::FromJson(
+      R"({"batch_sizes": [1, 2147483647], "verify_tokens": [1, 2147483647],
+          "seconds": [[0.1, 0.2], [0.3, 0.4]], "tp": 65536})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->measured_tp(), 65536);
+}
 
 TEST(CostTableTest, CreateRefusesSizeMismatch) {
   EXPECT_FALSE(CostTable::Create({1, 2}, {1, 2}, {0.1, 0.2, 0.3}).ok());

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/json_number.h"
 #include "scheduler/cost_table.h"
 #include "scheduler/verify_planner.h"
 
@@ -38,6 +39,10 @@ Every request has the same number of confidences (gamma). --cost-table and
 namespace {
 
 using json = nlohmann::json;
+
+// The largest max_verify_len a step file may give: no step runs anywhere
+// near 2^30 rows.
+constexpr int32_t kMaxVerifyLen = int32_t{1} << 30;
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -80,7 +85,9 @@ absl::StatusOr<Step> ParseStep(const std::string& text) {
   step.confidence_ready = *ready;
   if (auto it = doc.find("pinned_budget"); it != doc.end()) {
     if (!it->is_number()) return absl::InvalidArgumentError("pinned_budget is not a number");
-    step.pinned_budget_fraction = it->get<double>();
+    absl::StatusOr<double> fraction = JsonFiniteNumber(*it, "pinned_budget");
+    if (!fraction.ok()) return fraction.status();
+    step.pinned_budget_fraction = *fraction;
   }
   for (size_t i = 0; i < requests->size(); ++i) {
     const json& r = (*requests)[i];
@@ -102,16 +109,17 @@ absl::StatusOr<Step> ParseStep(const std::string& text) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, ".confidences[", j, "] is not a number"));
       }
-      step.confidences.push_back((*conf)[j].get<double>());
+      absl::StatusOr<double> confidence =
+          JsonFiniteNumber((*conf)[j], absl::StrCat(where, ".confidences[", j, "]"));
+      if (!confidence.ok()) return confidence.status();
+      step.confidences.push_back(*confidence);
     }
     int32_t max_len = step.gamma + 1;
     if (auto it = r.find("max_verify_len"); it != r.end()) {
-      if (!it->is_number_integer() || it->get<int64_t>() < 1 ||
-          it->get<int64_t>() > (int64_t{1} << 30)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ".max_verify_len is not an integer >= 1"));
-      }
-      max_len = static_cast<int32_t>(it->get<int64_t>());
+      absl::StatusOr<int32_t> len =
+          JsonIntegerAs<int32_t>(*it, absl::StrCat(where, ".max_verify_len"), 1, kMaxVerifyLen);
+      if (!len.ok()) return len.status();
+      max_len = *len;
     }
     step.max_verify_lens.push_back(max_len);
     absl::StatusOr<bool> disabled = OptionalBool(r, "speculation_disabled", false, where);

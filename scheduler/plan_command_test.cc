@@ -115,6 +115,43 @@ TEST(PlanCommandTest, RefusesBadInput) {
               HasSubstr("unknown verify mode"));
 }
 
+// Integers that do not fit the field are refused with the field's path and
+// range, never converted: 2^32 + 1 is not 1, 1.0 is not an integer.
+TEST(PlanCommandTest, RefusesNumbersThatDoNotFitTheirField) {
+  PlanCommandArgs args;
+  args.mode = "compact";
+  const struct {
+    const char* json;
+    const char* message;
+  } cases[] = {
+      {R"({"requests": [{"confidences": [0.5]},
+                        {"confidences": [0.5], "max_verify_len": 4294967297}]})",
+       "requests[1].max_verify_len: expected an integer in [1, 1073741824], got 4294967297"},
+      {R"({"requests": [{"confidences": [0.5], "max_verify_len": 18446744073709551615}]})",
+       "requests[0].max_verify_len: expected an integer in [1, 1073741824], got "
+       "18446744073709551615"},
+      {R"({"requests": [{"confidences": [0.5], "max_verify_len": -4294967295}]})",
+       "requests[0].max_verify_len: expected an integer in [1, 1073741824], got -4294967295"},
+      {R"({"requests": [{"confidences": [0.5], "max_verify_len": 2.0}]})",
+       "requests[0].max_verify_len: expected an integer in [1, 1073741824], got 2.0"},
+      {R"({"requests": [{"confidences": [0.5], "max_verify_len": true}]})",
+       "requests[0].max_verify_len: expected an integer in [1, 1073741824], got true"},
+  };
+  for (const auto& c : cases) {
+    args.input_path = WriteTemp("wide.json", c.json);
+    const absl::Status s = PlanCommandJson(args).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.json;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.json;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("wide.json: ")) << c.json;
+  }
+  // The ends of the range still plan.
+  args.input_path = WriteTemp(
+      "ends.json",
+      R"({"requests": [{"confidences": [0.5], "max_verify_len": 1},
+                       {"confidences": [0.5], "max_verify_len": 1073741824}]})");
+  EXPECT_TRUE(PlanCommandJson(args).ok());
+}
+
 TEST(PlanCommandTest, RefusesABadTableNamingTheCell) {
   PlanCommandArgs args;
   args.mode = "compact";

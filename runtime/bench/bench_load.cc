@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/json_number.h"
 
 namespace verdict {
 namespace {
@@ -28,13 +29,24 @@ std::string ErrorMessage(const std::string& body) {
   return body.substr(0, 200);
 }
 
-int IntField(const json& object, const char* key) {
+// A count of the usage object into *out: 0 when absent or null (a server
+// that does not count something leaves it out), otherwise an integer that
+// fits the record's int. A count such as 2^32 + 5 must not read as 5, nor
+// a string as 0: the request fails, naming the field.
+absl::Status ReadCount(const json& object, const char* key, absl::string_view prefix, int* out) {
   auto it = object.find(key);
-  return it != object.end() && it->is_number_integer() ? it->get<int>() : 0;
+  if (it == object.end() || it->is_null()) {
+    *out = 0;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int> count = JsonIntegerAs<int>(*it, absl::StrCat(prefix, key), 0);
+  if (!count.ok()) return count.status();
+  *out = *count;
+  return absl::OkStatus();
 }
 
-// Reads one event of the stream into the record; returns false on an error
-// event.
+// Reads one event of the stream into the record; returns false, with the
+// record's error set, on an error event or a bad usage count.
 bool ReadEvent(const json& event, double at_s, RequestRecord* r) {
   if (event.contains("error")) {
     r->error = absl::StrCat("error event: ", ErrorMessage(event.dump()));
@@ -59,12 +71,17 @@ bool ReadEvent(const json& event, double at_s, RequestRecord* r) {
   }
   if (auto u = event.find("usage"); u != event.end() && u->is_object()) {
     r->has_usage = true;
-    r->prompt_tokens = IntField(*u, "prompt_tokens");
-    r->completion_tokens = IntField(*u, "completion_tokens");
-    if (auto spec = u->find("speculative"); spec != u->end() && spec->is_object()) {
-      r->draft_tokens = IntField(*spec, "draft_tokens");
-      r->accepted_tokens = IntField(*spec, "accepted_tokens");
-      r->verify_steps = IntField(*spec, "verify_steps");
+    absl::Status s = ReadCount(*u, "prompt_tokens", "usage.", &r->prompt_tokens);
+    if (s.ok()) s = ReadCount(*u, "completion_tokens", "usage.", &r->completion_tokens);
+    if (auto spec = u->find("speculative"); s.ok() && spec != u->end() && spec->is_object()) {
+      const char* prefix = "usage.speculative.";
+      s = ReadCount(*spec, "draft_tokens", prefix, &r->draft_tokens);
+      if (s.ok()) s = ReadCount(*spec, "accepted_tokens", prefix, &r->accepted_tokens);
+      if (s.ok()) s = ReadCount(*spec, "verify_steps", prefix, &r->verify_steps);
+    }
+    if (!s.ok()) {
+      r->error = absl::StrCat("bad usage: ", s.message());
+      return false;
     }
   }
   return true;

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "runtime/bench/bench_report.h"
+#include "runtime/bench/scripted_socket_server.h"
 #include "runtime/server/http_server.h"
 #include "runtime/server/openai_api.h"
 #include "runtime/server/serving_test_util.h"
@@ -229,6 +230,63 @@ TEST_F(BenchLoadTest, OnlyFixedLengthCompletionsCount) {
   EXPECT_FALSE(too_long.ok);
   EXPECT_THAT(too_long.error, HasSubstr("HTTP 400"));
   EXPECT_THAT(too_long.error, HasSubstr("context"));
+}
+
+// A usage count past an int (or negative, or not an integer) fails the
+// request, naming the field; before, 2^32 + 11 read as 11 and a string as 0.
+TEST(BenchLoadUsageTest, CountsThatDoNotFitFailTheRequest) {
+  // One event with all 11 tokens, then the usage, as the server streams.
+  const auto stream = [](const std::string& usage) {
+    const std::string events =
+        R"(data: {"choices": [{"text": "aaaaaaaaaaa", "logprobs": {"tokens": )"
+        R"(["a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a"]}, "finish_reason": "length"}]})"
+        "\n\n"
+        R"(data: {"choices": [], "usage": )" +
+        usage + "}\n\ndata: [DONE]\n\n";
+    return "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: " +
+           std::to_string(events.size()) + "\r\n\r\n" + events;
+  };
+  const std::vector<BenchPrompt> prompts = {{"first"}};
+  const auto run = [&](const std::string& usage) {
+    ScriptedSocketServer server(stream(usage), 1000);
+    LoadOptions options;
+    options.target = {"127.0.0.1", server.port(), ""};
+    options.max_tokens = 11;
+    options.request_timeout = absl::Seconds(20);
+    return RunRequest(options, prompts, 0, BenchClock::now());
+  };
+
+  RequestRecord good =
+      run(R"({"prompt_tokens": 5, "completion_tokens": 11, "speculative": {"draft_tokens": 8,)"
+          R"( "accepted_tokens": 3, "verify_steps": 2}})");
+  EXPECT_TRUE(good.ok) << good.error;
+  EXPECT_EQ(good.completion_tokens, 11);
+  EXPECT_EQ(good.draft_tokens, 8);
+  EXPECT_EQ(good.verify_steps, 2);
+
+  const struct {
+    const char* usage;
+    const char* error;
+  } cases[] = {
+      {R"({"prompt_tokens": 5, "completion_tokens": 4294967307})",
+       "bad usage: usage.completion_tokens: expected an integer in [0, 2147483647], got "
+       "4294967307"},
+      {R"({"prompt_tokens": -1, "completion_tokens": 11})",
+       "bad usage: usage.prompt_tokens: expected an integer in [0, 2147483647], got -1"},
+      {R"({"prompt_tokens": 5, "completion_tokens": 11.0})",
+       "bad usage: usage.completion_tokens: expected an integer in [0, 2147483647], got 11.0"},
+      {R"({"prompt_tokens": "5", "completion_tokens": 11})",
+       "bad usage: usage.prompt_tokens: expected an integer in [0, 2147483647], got \"5\""},
+      {R"({"prompt_tokens": 5, "completion_tokens": 11,)"
+       R"( "speculative": {"draft_tokens": 18446744073709551615}})",
+       "bad usage: usage.speculative.draft_tokens: expected an integer in [0, 2147483647], got "
+       "18446744073709551615"},
+  };
+  for (const auto& c : cases) {
+    RequestRecord r = run(c.usage);
+    EXPECT_FALSE(r.ok) << c.usage;
+    EXPECT_EQ(r.error, c.error) << c.usage;
+  }
 }
 
 TEST_F(BenchLoadTest, RejectedRequestsAndUnreachableServersFail) {

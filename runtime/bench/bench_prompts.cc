@@ -1,12 +1,12 @@
 #include "runtime/bench/bench_prompts.h"
 
 #include <fstream>
-#include <limits>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "runtime/base/json_number.h"
 
 namespace verdict {
 
@@ -112,12 +112,14 @@ absl::StatusOr<std::vector<BenchPrompt>> ParsePromptsJsonl(absl::string_view tex
       if (prompt.text.empty()) return bad("the prompt is empty");
     } else if (it->is_array()) {
       if (it->empty()) return bad("the prompt is empty");
-      for (const json& id : *it) {
-        if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-            id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-          return bad("a token id list holds something that is not a token id");
+      for (size_t j = 0; j < it->size(); ++j) {
+        absl::StatusOr<int32_t> id =
+            JsonIntegerAs<int32_t>((*it)[j], absl::StrCat("prompt[", j, "]"), 0);
+        if (!id.ok()) {
+          return bad(absl::StrCat("a token id list holds something that is not a token id: ",
+                                  id.status().message()));
         }
-        prompt.token_ids.push_back(id.get<int32_t>());
+        prompt.token_ids.push_back(*id);
       }
     } else {
       return bad("\"prompt\" is neither a string nor a list of token ids");

@@ -57,6 +57,37 @@ TEST(ParsePromptsJsonlTest, ErrorsNameTheLine) {
   EXPECT_THAT(error("\n\n"), HasSubstr("no prompt"));
 }
 
+// A token id is an int32 of the vocabulary: 2^32 + 1 is not id 1.
+TEST(ParsePromptsJsonlTest, TokenIdsMustFitInt32) {
+  auto error = [](const std::string& text) {
+    absl::StatusOr<std::vector<BenchPrompt>> p = ParsePromptsJsonl(text);
+    return p.ok() ? std::string("ok") : std::string(p.status().message());
+  };
+  EXPECT_EQ(error("{\"prompt\": [1]}\n{\"prompt\": [1, 4294967297]}"),
+            "prompts line 2: a token id list holds something that is not a token id: "
+            "prompt[1]: expected an integer in [0, 2147483647], got 4294967297");
+  EXPECT_THAT(error("{\"prompt\": [2147483648]}"),
+              HasSubstr("prompt[0]: expected an integer in [0, 2147483647], got 2147483648"));
+  EXPECT_THAT(error("{\"prompt\": [18446744073709551615]}"),
+              HasSubstr("prompt[0]: expected an integer in [0, 2147483647], got "
+                        "18446744073709551615"));
+  EXPECT_THAT(error("{\"prompt\": [-1]}"),
+              HasSubstr("prompt[0]: expected an integer in [0, 2147483647], got -1"));
+  EXPECT_THAT(error("{\"prompt\": [1.0]}"),
+              HasSubstr("prompt[0]: expected an integer in [0, 2147483647], got 1.0"));
+  EXPECT_THAT(error("{\"prompt\": [true]}"),
+              HasSubstr("prompt[0]: expected an integer in [0, 2147483647], got true"));
+  EXPECT_EQ(error("{\"prompt\": [0, 2147483647]}"), "ok");
+
+  const std::string path = ::testing::TempDir() + "/wide_ids.jsonl";
+  std::ofstream(path) << "{\"prompt\": [4294967297]}\n";
+  absl::StatusOr<std::vector<BenchPrompt>> loaded = LoadPrompts(path);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_THAT(std::string(loaded.status().message()),
+              HasSubstr(path + ": prompts line 1: a token id list holds something that is not a "
+                               "token id: prompt[0]"));
+}
+
 TEST(LoadPromptsTest, BuiltinOrFile) {
   absl::StatusOr<std::vector<BenchPrompt>> builtin = LoadPrompts("builtin");
   ASSERT_TRUE(builtin.ok());

@@ -6,16 +6,22 @@
 #include <filesystem>
 #include <optional>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/json_number.h"
 
 namespace verdict {
 namespace {
 
 using json = nlohmann::json;
+
+// Most integer fields land in an int of ModelConfig.
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 // Builds errors that start with the file and the field, so a user can fix
 // config.json without reading code.
@@ -40,23 +46,25 @@ class FieldReader {
     return &*it;
   }
 
+  // An integer in [min_value, max_value]; max_value is the range of the
+  // field it is stored in (an int unless said otherwise), so that a value
+  // like 2^32 + 1 is refused rather than truncated.
   absl::StatusOr<int64_t> Int(absl::string_view field, std::optional<int64_t> fallback,
-                              int64_t min_value) const {
+                              int64_t min_value, int64_t max_value = kIntMax) const {
     const json* v = Get(field);
     if (v == nullptr) {
       if (fallback.has_value()) return *fallback;
       return Error(field, "missing");
     }
     if (!v->is_number_integer()) {
-      return Error(field, absl::StrCat("expected an integer, got ", v->dump()));
+      return Error(field, absl::StrCat("expected an integer, got ", JsonForMessage(*v)));
     }
-    int64_t value = v->is_number_unsigned()
-                        ? static_cast<int64_t>(v->get<uint64_t>())
-                        : v->get<int64_t>();
-    if (value < min_value) {
-      return Error(field, absl::StrCat("must be at least ", min_value, ", got ", value));
+    absl::StatusOr<int64_t> value = JsonInteger(*v, "", min_value, max_value);
+    if (!value.ok()) {
+      return Error(field, absl::StrCat("must be at least ", min_value, " and at most ", max_value,
+                                       ", got ", JsonForMessage(*v)));
     }
-    return value;
+    return *value;
   }
 
   absl::StatusOr<double> Number(absl::string_view field, std::optional<double> fallback,
@@ -66,12 +74,14 @@ class FieldReader {
       if (fallback.has_value()) return *fallback;
       return Error(field, "missing");
     }
-    if (!v->is_number()) return Error(field, absl::StrCat("expected a number, got ", v->dump()));
-    double value = v->get<double>();
-    if (!std::isfinite(value) || (positive && value <= 0)) {
+    if (!v->is_number()) {
+      return Error(field, absl::StrCat("expected a number, got ", JsonForMessage(*v)));
+    }
+    absl::StatusOr<double> value = JsonFiniteNumber(*v, "");
+    if (!value.ok() || (positive && *value <= 0)) {
       return Error(field, absl::StrCat("must be a positive finite number, got ", v->dump()));
     }
-    return value;
+    return *value;
   }
 
   absl::StatusOr<bool> Bool(absl::string_view field, bool fallback) const {
@@ -91,25 +101,26 @@ class FieldReader {
     return v->get<std::string>();
   }
 
-  // A token id field: an integer, a list of integers, or null.
+  // A token id field: an integer, a list of integers, or null. An error in
+  // a list names the entry (eos_token_id[2]).
   absl::StatusOr<std::vector<int>> TokenIds(absl::string_view field) const {
     std::vector<int> ids;
     const json* v = Get(field);
     if (v == nullptr) return ids;
-    auto one = [&](const json& item) -> absl::Status {
-      if (!item.is_number_integer() || item.get<int64_t>() < 0 ||
-          item.get<int64_t>() > INT32_MAX) {
-        return Error(field, absl::StrCat("expected a non-negative integer token id, got ",
-                                         item.dump()));
+    auto one = [&](const json& item, absl::string_view name) -> absl::Status {
+      absl::StatusOr<int64_t> id = JsonInteger(item, "", 0, kIntMax);
+      if (!id.ok()) {
+        return Error(name, absl::StrCat("expected a non-negative integer token id (at most ",
+                                        kIntMax, "), got ", JsonForMessage(item)));
       }
-      ids.push_back(static_cast<int>(item.get<int64_t>()));
+      ids.push_back(static_cast<int>(*id));
       return absl::OkStatus();
     };
     if (v->is_array()) {
-      for (const json& item : *v) {
-        if (absl::Status s = one(item); !s.ok()) return s;
+      for (size_t i = 0; i < v->size(); ++i) {
+        if (absl::Status s = one((*v)[i], absl::StrCat(field, "[", i, "]")); !s.ok()) return s;
       }
-    } else if (absl::Status s = one(*v); !s.ok()) {
+    } else if (absl::Status s = one(*v, field); !s.ok()) {
       return s;
     }
     return ids;
@@ -158,8 +169,9 @@ absl::Status ParseRopeScaling(const json& rope, absl::string_view source,
                                  r.Number("low_freq_factor", std::nullopt, true));
     VERDICT_ASSIGN_OR_RETURN_CFG(out->high_freq_factor,
                                  r.Number("high_freq_factor", std::nullopt, true));
-    VERDICT_ASSIGN_OR_RETURN_CFG(out->original_max_position_embeddings,
-                                 r.Int("original_max_position_embeddings", std::nullopt, 1));
+    VERDICT_ASSIGN_OR_RETURN_CFG(
+        out->original_max_position_embeddings,
+        r.Int("original_max_position_embeddings", std::nullopt, 1, kInt64Max));
     if (out->high_freq_factor <= out->low_freq_factor) {
       return r.Error("high_freq_factor", "must be greater than low_freq_factor");
     }
@@ -246,7 +258,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text, absl::
 
   const int64_t default_max_pos = c.family == ModelFamily::kLlama ? 2048 : 32768;
   VERDICT_ASSIGN_OR_RETURN_CFG(c.max_position_embeddings,
-                               r.Int("max_position_embeddings", default_max_pos, 1));
+                               r.Int("max_position_embeddings", default_max_pos, 1, kInt64Max));
   double eps = 0;
   VERDICT_ASSIGN_OR_RETURN_CFG(eps, r.Number("rms_norm_eps", 1e-6, true));
   c.rms_norm_eps = static_cast<float>(eps);

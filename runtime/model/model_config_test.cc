@@ -1,6 +1,8 @@
 #include "runtime/model/model_config.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
@@ -229,8 +231,61 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"EosOutsideVocab", "128009]", "128257]",
                 "field 'eos_token_id': 128257 is outside the vocabulary"},
         BadCase{"EosNotInteger", "128009]", "\"x\"]",
-                "field 'eos_token_id': expected a non-negative integer"}),
+                "field 'eos_token_id[2]': expected a non-negative integer"},
+        // Integers past the field's type are refused, not truncated
+        // (4294967297 as an int is 1, 2^32 + 4096 is 4096).
+        BadCase{"VocabPastInt", "\"vocab_size\": 128256", "\"vocab_size\": 4294967297",
+                "field 'vocab_size': must be at least 1 and at most 2147483647, got 4294967297"},
+        BadCase{"HiddenPastInt", "\"hidden_size\": 4096", "\"hidden_size\": 4294971392",
+                "field 'hidden_size': must be at least 1 and at most 2147483647, got 4294971392"},
+        BadCase{"LayersPastInt", "\"num_hidden_layers\": 32",
+                "\"num_hidden_layers\": 4294967328",
+                "field 'num_hidden_layers': must be at least 1 and at most 2147483647"},
+        BadCase{"HeadsPastInt", "\"num_attention_heads\": 32",
+                "\"num_attention_heads\": 4294967328",
+                "field 'num_attention_heads': must be at least 1 and at most 2147483647"},
+        BadCase{"KvHeadsPastInt", "\"num_key_value_heads\": 8",
+                "\"num_key_value_heads\": 4294967304",
+                "field 'num_key_value_heads': must be at least 1 and at most 2147483647"},
+        BadCase{"IntermediatePastInt", "\"intermediate_size\": 14336",
+                "\"intermediate_size\": 18446744073709551615",
+                "field 'intermediate_size': must be at least 1 and at most 2147483647, got "
+                "18446744073709551615"},
+        BadCase{"MaxPositionPastInt64", "\"max_position_embeddings\": 131072",
+                "\"max_position_embeddings\": 9223372036854775808",
+                "field 'max_position_embeddings': must be at least 1 and at most "
+                "9223372036854775807, got 9223372036854775808"},
+        BadCase{"RopeOriginalPastInt64", "\"original_max_position_embeddings\": 8192",
+                "\"original_max_position_embeddings\": 18446744073709551615",
+                "field 'rope_scaling.original_max_position_embeddings': must be at least 1 and "
+                "at most 9223372036854775807, got 18446744073709551615"},
+        BadCase{"FloatVocab", "\"vocab_size\": 128256", "\"vocab_size\": 128256.0",
+                "field 'vocab_size': expected an integer, got 128256.0"},
+        BadCase{"BoolVocab", "\"vocab_size\": 128256", "\"vocab_size\": true",
+                "field 'vocab_size': expected an integer, got true"},
+        BadCase{"EosPastInt", "128009]", "4294967297]",
+                "field 'eos_token_id[2]': expected a non-negative integer token id (at most "
+                "2147483647), got 4294967297"},
+        BadCase{"EosNegative", "128009]", "-1]",
+                "field 'eos_token_id[2]': expected a non-negative"},
+        BadCase{"BosPastInt", "\"bos_token_id\": 128000", "\"bos_token_id\": 4294967297",
+                "field 'bos_token_id': expected a non-negative integer token id (at most "
+                "2147483647), got 4294967297"},
+        BadCase{"BosFloat", "\"bos_token_id\": 128000", "\"bos_token_id\": 1.0",
+                "field 'bos_token_id': expected a non-negative integer"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
+
+TEST(ModelConfigTest, SlidingWindowPastIntIsRefused) {
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"\"sliding_window\": 32768", "\"sliding_window\": 4294967424"},
+           {"\"max_window_layers\": 21", "\"max_window_layers\": 4294967317"}}) {
+    const std::string text = absl::StrReplaceAll(
+        kQwen2, {{"\"use_sliding_window\": false", "\"use_sliding_window\": true"}, {from, to}});
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(text, "config.json");
+    ASSERT_FALSE(c.ok()) << to;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("and at most 2147483647")) << to;
+  }
+}
 
 TEST(ModelConfigTest, HeadDimMustDivideWhenAbsent) {
   absl::StatusOr<ModelConfig> c = ParseModelConfig(R"({

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -17,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/bf16.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/json_number.h"
 #include "runtime/model/float16.h"
 
 namespace verdict {
@@ -163,26 +165,41 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     if (shape_it == entry.end() || !shape_it->is_array()) {
       return TensorError(path, name, "missing or non-list shape");
     }
+    // The format writes dimensions and offsets as unsigned 64-bit, but
+    // TensorInfo's shape is int64 and no file reaches 2^63 bytes: a value of
+    // 2^63 or above is refused, as a negative one is.
+    constexpr int64_t kMaxHeaderInteger = std::numeric_limits<int64_t>::max();
     // Element count with an overflow guard: a corrupt shape must not wrap.
     unsigned __int128 elements = 1;
-    for (const json& d : *shape_it) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) {
-        return TensorError(path, name, absl::StrCat("bad shape dimension ", d.dump()));
+    for (size_t i = 0; i < shape_it->size(); ++i) {
+      absl::StatusOr<int64_t> d =
+          JsonInteger((*shape_it)[i], absl::StrCat("shape[", i, "]"), 0, kMaxHeaderInteger);
+      if (!d.ok()) {
+        return TensorError(path, name, absl::StrCat("bad shape dimension: ", d.status().message()));
       }
-      info.shape.push_back(d.get<int64_t>());
-      elements *= static_cast<uint64_t>(d.get<int64_t>());
+      info.shape.push_back(*d);
+      elements *= static_cast<uint64_t>(*d);
       if (elements > (static_cast<unsigned __int128>(1) << 62)) {
         return TensorError(path, name, "shape too large");
       }
     }
     auto off_it = entry.find("data_offsets");
-    if (off_it == entry.end() || !off_it->is_array() || off_it->size() != 2 ||
-        !(*off_it)[0].is_number_integer() || !(*off_it)[1].is_number_integer() ||
-        (*off_it)[0].get<int64_t>() < 0 || (*off_it)[1].get<int64_t>() < 0) {
+    if (off_it == entry.end() || !off_it->is_array() || off_it->size() != 2) {
       return TensorError(path, name, "data_offsets must be two non-negative integers");
     }
-    info.data_begin = (*off_it)[0].get<uint64_t>();
-    info.data_end = (*off_it)[1].get<uint64_t>();
+    uint64_t offsets[2];
+    for (size_t i = 0; i < 2; ++i) {
+      absl::StatusOr<int64_t> offset =
+          JsonInteger((*off_it)[i], absl::StrCat("data_offsets[", i, "]"), 0, kMaxHeaderInteger);
+      if (!offset.ok()) {
+        return TensorError(path, name,
+                           absl::StrCat("data_offsets must be two non-negative integers: ",
+                                        offset.status().message()));
+      }
+      offsets[i] = static_cast<uint64_t>(*offset);
+    }
+    info.data_begin = offsets[0];
+    info.data_end = offsets[1];
     if (info.data_end < info.data_begin) {
       return TensorError(path, name, absl::StrCat("data_offsets [", info.data_begin, ", ",
                                                   info.data_end, "] end before they begin"));

@@ -208,6 +208,42 @@ TEST(SafetensorsTest, MissingFields) {
   EXPECT_THAT(ErrorOf(path), HasSubstr("bad shape dimension"));
 }
 
+// Offsets and dimensions are read as int64 (no file reaches 2^63 bytes):
+// 2^63 and above, negative values and floats are refused, naming the entry
+// and the range.
+TEST(SafetensorsTest, RefusesIntegersPastInt64) {
+  const std::string dir = TestDir("ranges");
+  const std::string path = dir + "/m.safetensors";
+  const struct {
+    const char* header;
+    const char* message;
+  } cases[] = {
+      {R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 9223372036854775808]}})",
+       "tensor 'a': data_offsets must be two non-negative integers: data_offsets[1]: expected an "
+       "integer in [0, 9223372036854775807], got 9223372036854775808"},
+      {R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [18446744073709551615, 4]}})",
+       "data_offsets[0]: expected an integer in [0, 9223372036854775807], got "
+       "18446744073709551615"},
+      {R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}})",
+       "data_offsets[0]: expected an integer in [0, 9223372036854775807], got -4"},
+      {R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4.0]}})",
+       "data_offsets[1]: expected an integer in [0, 9223372036854775807], got 4.0"},
+      {R"({"a": {"dtype": "F32", "shape": [1, 9223372036854775808], "data_offsets": [0, 4]}})",
+       "tensor 'a': bad shape dimension: shape[1]: expected an integer in [0, "
+       "9223372036854775807], got 9223372036854775808"},
+      {R"({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})",
+       "bad shape dimension: shape[0]: expected an integer in [0, 9223372036854775807], got -1"},
+      {R"({"a": {"dtype": "F32", "shape": [true], "data_offsets": [0, 4]}})",
+       "bad shape dimension: shape[0]: expected an integer in [0, 9223372036854775807], got true"},
+  };
+  for (const auto& c : cases) {
+    WriteRaw(path, c.header, 4);
+    const std::string error = ErrorOf(path);
+    EXPECT_THAT(error, HasSubstr(path)) << c.header;
+    EXPECT_THAT(error, HasSubstr(c.message)) << c.header;
+  }
+}
+
 TEST(SafetensorsTest, MissingFile) {
   absl::StatusOr<std::unique_ptr<SafetensorsFile>> f =
       SafetensorsFile::Open(::testing::TempDir() + "/nope.safetensors");
