@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 from local_mpi import local_mpi_env
@@ -151,6 +152,26 @@ def main():
                   f"{port} and the metrics port {metrics_port} on 127.0.0.1 only")
         else:
             print(f"PASS the server listens on 127.0.0.1:{port} and :{metrics_port} only")
+
+        # 0b. The bundled models are found from any working directory, and a
+        # binary far from them says to pass --model.
+        found = subprocess.run([binary, "generate", "--prompt=It was", "--max-tokens=2"],
+                               cwd="/", capture_output=True, text=True, timeout=120)
+        if found.returncode != 0:
+            failures += 1
+            print(f"FAIL verdict generate started in / did not find the bundled models: "
+                  f"{found.stderr[-500:]}")
+        with tempfile.TemporaryDirectory() as lone:
+            copy = os.path.join(lone, "verdict")
+            shutil.copy(binary, copy)
+            lost = subprocess.run([copy, "generate", "--prompt=It was", "--max-tokens=2"],
+                                  cwd=lone, capture_output=True, text=True, timeout=120)
+            if lost.returncode == 0 or "--model" not in lost.stderr:
+                failures += 1
+                print(f"FAIL a binary without the bundled models: exit {lost.returncode}, "
+                      f"{lost.stderr[-500:]}")
+            else:
+                print("PASS the bundled models are found from /, and their absence names --model")
 
         # 1. The official client.
         result = subprocess.run(

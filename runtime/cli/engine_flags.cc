@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
@@ -80,11 +82,28 @@ absl::StatusOr<bool> IsFirstChoice(const char* name, const absl::Flag<std::strin
 
 }  // namespace
 
+// A relative model directory that is not under the working directory is
+// looked up where `bazel run` was started, in the binary's runfiles, and in
+// the folders above the binary (a bundle or an install keeps models/ beside
+// bin/), so the bundled models are found wherever verdict is started from.
 std::string ResolveModelDir(const std::string& dir) {
-  if (dir.empty() || std::filesystem::exists(dir)) return dir;
-  if (const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY")) {
-    std::string candidate = absl::StrCat(workspace, "/", dir);
-    if (std::filesystem::exists(candidate)) return candidate;
+  namespace fs = std::filesystem;
+  if (dir.empty() || absl::StartsWith(dir, "builtin:") || fs::exists(dir) ||
+      fs::path(dir).is_absolute()) {
+    return dir;
+  }
+  std::vector<fs::path> roots;
+  if (const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY")) roots.push_back(workspace);
+  std::error_code error;
+  const fs::path binary = fs::canonical("/proc/self/exe", error);
+  if (!error) {
+    roots.push_back(fs::path(binary.string() + ".runfiles") / "verdict");
+    for (fs::path p = binary.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path()) {
+      roots.push_back(p);
+    }
+  }
+  for (const fs::path& root : roots) {
+    if (fs::exists(root / dir, error)) return (root / dir).string();
   }
   return dir;
 }
@@ -171,6 +190,11 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
   target.tokenizer_dir = ResolveModelDir(absl::GetFlag(FLAGS_tokenizer));
   if (target.tokenizer_dir.empty() && absl::StartsWith(target.dir, "builtin:")) {
     target.tokenizer_dir = ResolveModelDir("models/target");
+  }
+  if (model.empty() && !std::filesystem::exists(target.dir)) {
+    return absl::NotFoundError(
+        "the bundled model models/target was not found (not under the working directory, the "
+        "binary's runfiles, or the folders above the binary); pass --model DIR");
   }
   std::optional<ModelSource> draft_source;
   if (!draft.empty()) draft_source = ModelSource{ResolveModelDir(draft), dummy, 2};

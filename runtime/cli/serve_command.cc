@@ -14,11 +14,13 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "monitoring/metrics.h"
 #include "runtime/text/chat_template.h"
 #include "runtime/cli/engine_flags.h"
+#include "runtime/model/generation_config.h"
 #include "runtime/server/http_server.h"
 #include "runtime/server/openai_api.h"
 
@@ -31,6 +33,10 @@ ABSL_FLAG(int, metrics_port, 0, "serve: Prometheus /metrics port on rank 0 (0: o
 ABSL_FLAG(bool, accept_unknown_fields, false,
           "serve: accept request fields the API does not know (logged once each) instead of "
           "answering 400 naming the field");
+ABSL_FLAG(std::string, generation_config, "auto",
+          "serve: auto takes the sampling defaults (temperature, top_p, top_k) of requests that "
+          "leave them out from the target's generation_config.json; off keeps the API's own "
+          "(1, 1, none)");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
           "serve: address the metrics port binds (apart from --host, so that a server open "
           "to clients keeps its metrics local unless asked)");
@@ -61,6 +67,31 @@ std::string ReadFile(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// --generation-config: the checkpoint's sampling defaults, said once.
+absl::StatusOr<SamplingDefaults> SamplingDefaultsFromFlags(const std::string& model_dir) {
+  const std::string mode = absl::GetFlag(FLAGS_generation_config);
+  if (mode == "off") return SamplingDefaults();
+  if (mode != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--generation-config must be auto or off, not '", mode, "'"));
+  }
+  if (absl::StartsWith(model_dir, "builtin:")) return SamplingDefaults();
+  absl::StatusOr<GenerationConfig> config = LoadGenerationConfig(model_dir);
+  if (!config.ok()) return config.status();
+  SamplingDefaults defaults{config->temperature, config->top_p, config->top_k};
+  if (config->has_sampling_defaults()) {
+    std::fprintf(stderr,
+                 "verdict serve: sampling defaults from %s/generation_config.json:%s%s%s "
+                 "(--generation-config off ignores them)\n",
+                 model_dir.c_str(),
+                 defaults.temperature ? absl::StrCat(" temperature ", *defaults.temperature).c_str()
+                                      : "",
+                 defaults.top_p ? absl::StrCat(" top_p ", *defaults.top_p).c_str() : "",
+                 defaults.top_k ? absl::StrCat(" top_k ", *defaults.top_k).c_str() : "");
+  }
+  return defaults;
 }
 
 // How long the handlers of a dead engine's requests get to end their
@@ -158,6 +189,14 @@ int RunServeCommand(absl::Span<char* const> positional) {
                      static_cast<int64_t>(std::time(nullptr))};
   OpenAiApi api(served, engine.tokenizer(), chat.ok() ? *chat : ChatTemplate());
   api.set_accept_unknown_fields(absl::GetFlag(FLAGS_accept_unknown_fields));
+  absl::StatusOr<SamplingDefaults> defaults = SamplingDefaultsFromFlags(model_dir);
+  if (!defaults.ok()) {
+    std::fprintf(stderr, "verdict serve: %s\n", defaults.status().ToString().c_str());
+    engine.Shutdown();
+    loop.join();
+    return 1;
+  }
+  api.set_sampling_defaults(*defaults);
   HttpServerOptions http;
   http.host = absl::GetFlag(FLAGS_host);
   http.port = absl::GetFlag(FLAGS_port);

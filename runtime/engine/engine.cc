@@ -14,6 +14,7 @@
 #include "comm/local_communicator.h"
 #include "kernels/verify_sampler.h"
 #include "runtime/engine/engine_request.h"
+#include "runtime/model/generation_config.h"
 #include "runtime/model/cuda_llama_model.h"
 #include "runtime/model/weights.h"
 #include "scheduler/cost_table.h"
@@ -67,6 +68,21 @@ absl::StatusOr<Engine::Model> Engine::LoadModel(const ModelSource& source,
                                            : LoadModelConfig(source.dir);
   if (!config.ok()) return config.status();
   model.config = *std::move(config);
+  if (!builtin) {
+    // generation_config.json may list more end-of-sequence ids than
+    // config.json (Llama 3.1's end of turn and of message): each one stops.
+    absl::StatusOr<GenerationConfig> generation = LoadGenerationConfig(source.dir);
+    if (!generation.ok()) return generation.status();
+    for (int id : generation->eos_token_ids) {
+      if (id >= model.config.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source.dir, "/generation_config.json: eos_token_id ", id,
+            " is outside the vocabulary of ", model.config.vocab_size));
+      }
+      std::vector<int>& eos = model.config.eos_token_ids;
+      if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+    }
+  }
   if (absl::Status s = ValidateTensorParallel(model.config, tp); !s.ok()) return s;
   if (source.dummy_weights) {
     model.weights = MakeDummyWeights(source.dummy_seed);

@@ -314,6 +314,44 @@ TEST_P(EngineOverlapTest, StopTokenEndsOutputAndDropsLaterTokens) {
   EXPECT_EQ(stats.drafted, drafted);
 }
 
+// generation_config.json's end-of-sequence ids stop generation like
+// config.json's (Llama 3.1 lists three there).
+TEST_F(EngineTest, GenerationConfigEosStops) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(std::getenv("TEST_TMPDIR")) / "target_with_generation_config";
+  fs::create_directories(dir);
+  for (const auto& entry : fs::directory_iterator("models/target")) {
+    if (entry.path().filename() == "generation_config.json") continue;
+    fs::create_symlink(fs::absolute(entry.path()), dir / entry.path().filename());
+  }
+  const std::vector<int32_t>& ref = (*reference_)[0].token_ids;
+  const int32_t eos = ref[5];
+  const size_t first = std::find(ref.begin(), ref.end(), eos) - ref.begin();
+  std::ofstream(dir / "generation_config.json")
+      << "{\"eos_token_id\": [" << eos << "], \"temperature\": 0.7}";
+
+  LocalCommunicator comm;
+  EngineOptions options;
+  options.cpu_threads = 2;
+  options.kv_cache_tokens = 8192;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(
+      options, ModelSource{dir.string()}, ModelSource{"models/draft"}, &comm);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EngineHarness harness(engine->get());
+  GenerationRequest request = GreedyRequests(**engine, kMaxTokens)[0];
+  request.params.ignore_eos = false;
+  std::vector<CollectedOutput> out = harness.GenerateAll({request});
+  EXPECT_EQ(out[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ(out[0].token_ids, std::vector<int32_t>(ref.begin(), ref.begin() + first));
+
+  // An id beyond the vocabulary is refused at start-up, naming the file.
+  std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": [2, 999999]})";
+  absl::StatusOr<std::unique_ptr<Engine>> bad = Engine::Create(
+      options, ModelSource{dir.string()}, ModelSource{"models/draft"}, &comm);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("generation_config.json"));
+}
+
 // A stop string is a CPU-only stop: under overlap the device runs the
 // request one step past it, and those tokens are dropped.
 TEST_P(EngineOverlapTest, StopStringCutsTheText) {

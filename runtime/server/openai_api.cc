@@ -454,7 +454,7 @@ absl::Status ParseCommon(Fields& fields, const ServedModel& model, int vocab_siz
                                                kMinTemperature, ", got ", Describe(*v)));
   }
   if (s = ReadNumber(fields.Get("top_p"), "top_p", 0.0, 1.0, true, &p.top_p); !s.ok()) return s;
-  int top_k = 0;
+  int top_k = p.top_k;  // the served model's default unless given
   if (s = ReadInt(fields.Get("top_k"), "top_k", -1, std::numeric_limits<int32_t>::max(), &top_k);
       !s.ok()) {
     return s;
@@ -634,6 +634,7 @@ absl::StatusOr<ApiRequest> OpenAiApi::ParseCompletion(absl::string_view body) co
   fields.Get("model");  // checked by ParseBody
   ApiRequest request;
   request.endpoint = ApiEndpoint::kCompletions;
+  ApplySamplingDefaults(&request.generation.params);
   absl::StatusOr<std::vector<int32_t>> prompt = ParsePrompt(fields.Get("prompt"), tokenizer_);
   if (!prompt.ok()) return prompt.status();
   request.generation.prompt_token_ids = *std::move(prompt);
@@ -655,6 +656,12 @@ absl::StatusOr<ApiRequest> OpenAiApi::ParseCompletion(absl::string_view body) co
   return request;
 }
 
+void OpenAiApi::ApplySamplingDefaults(SamplingParams* params) const {
+  if (sampling_defaults_.temperature) params->temperature = *sampling_defaults_.temperature;
+  if (sampling_defaults_.top_p) params->top_p = *sampling_defaults_.top_p;
+  if (sampling_defaults_.top_k) params->top_k = *sampling_defaults_.top_k;
+}
+
 absl::Status OpenAiApi::CheckUnknownFields(const ApiRequest& request) const {
   if (accept_unknown_fields_ || request.ignored_fields.empty()) return absl::OkStatus();
   const std::string& field = request.ignored_fields.front();
@@ -670,6 +677,7 @@ absl::StatusOr<ApiRequest> OpenAiApi::ParseChat(absl::string_view body) const {
   fields.Get("model");  // checked by ParseBody
   ApiRequest request;
   request.endpoint = ApiEndpoint::kChatCompletions;
+  ApplySamplingDefaults(&request.generation.params);
   absl::StatusOr<std::vector<ChatMessage>> messages = ParseMessages(fields.Get("messages"));
   if (!messages.ok()) return messages.status();
   absl::StatusOr<std::string> prompt = chat_template_.Render(*messages);

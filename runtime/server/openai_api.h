@@ -24,6 +24,7 @@
 #define VERDICT_RUNTIME_SERVER_OPENAI_API_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,15 @@ std::string ErrorBody(const absl::Status& status);
 std::string ErrorBody(int http_status, absl::string_view message, absl::string_view param = "",
                       absl::string_view error_code = "");
 
+// Sampling values for requests that leave them out (the checkpoint's
+// generation_config.json); unset: the API's own defaults (temperature 1,
+// top_p 1, no top-k).
+struct SamplingDefaults {
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int> top_k;
+};
+
 class OpenAiApi {
  public:
   // `tokenizer` must outlive this object. Prompts are encoded with BOS
@@ -94,6 +104,7 @@ class OpenAiApi {
   // parameter would otherwise do nothing, silently); true accepts such
   // fields and reports them in ApiRequest::ignored_fields instead.
   void set_accept_unknown_fields(bool accept) { accept_unknown_fields_ = accept; }
+  void set_sampling_defaults(SamplingDefaults defaults) { sampling_defaults_ = defaults; }
 
   absl::StatusOr<ApiRequest> ParseCompletion(absl::string_view body) const;
   absl::StatusOr<ApiRequest> ParseChat(absl::string_view body) const;
@@ -112,7 +123,9 @@ class OpenAiApi {
   const Tokenizer& tokenizer_;
   ChatTemplate chat_template_;
   bool accept_unknown_fields_ = false;
+  SamplingDefaults sampling_defaults_;
 
+  void ApplySamplingDefaults(SamplingParams* params) const;
   absl::Status CheckUnknownFields(const ApiRequest& request) const;
 };
 

@@ -131,6 +131,21 @@ TEST_F(OpenAiApiTest, CompletionAllParameters) {
   EXPECT_EQ(*zero.generation.params.seed, static_cast<uint64_t>(int64_t{-3}));
 }
 
+TEST_F(OpenAiApiTest, CheckpointSamplingDefaultsApplyWhereTheRequestIsSilent) {
+  api_.set_sampling_defaults({.temperature = 0.6f, .top_p = 0.9f, .top_k = 20});
+  ApiRequest silent = Completion({{"prompt", "Hi"}});
+  EXPECT_EQ(silent.generation.params.temperature, 0.6f);
+  EXPECT_EQ(silent.generation.params.top_p, 0.9f);
+  EXPECT_EQ(silent.generation.params.top_k, 20);
+  ApiRequest chat = Chat({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_p", 0.5}});
+  EXPECT_EQ(chat.generation.params.temperature, 0.6f);
+  EXPECT_EQ(chat.generation.params.top_p, 0.5f);
+  EXPECT_EQ(chat.generation.params.top_k, 20);
+  ApiRequest given = Completion({{"prompt", "Hi"}, {"temperature", 0}, {"top_k", 0}});
+  EXPECT_EQ(given.generation.params.temperature, 0.0f);
+  EXPECT_EQ(given.generation.params.top_k, 0);
+}
+
 TEST_F(OpenAiApiTest, NullMeansNotGiven) {
   ApiRequest r = Completion({{"prompt", "Hi"}, {"max_tokens", nullptr}, {"temperature", nullptr},
                              {"stop", nullptr}, {"n", nullptr}, {"model", nullptr}});
