@@ -1,0 +1,107 @@
+#include "runtime/text/text_pattern.h"
+
+#include <unicode/uchar.h>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/text/utf8.h"
+
+namespace verdict::hf {
+
+using nlohmann::json;
+
+absl::StatusOr<TextPattern> TextPattern::Parse(const json& spec, absl::string_view where) {
+  if (!spec.contains("pattern") || !spec["pattern"].is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": \"pattern\" is not an object"));
+  }
+  const json& p = spec["pattern"];
+  if (p.contains("String") && p["String"].is_string()) {
+    return Literal(p["String"].get<std::string>());
+  }
+  if (p.contains("Regex") && p["Regex"].is_string()) {
+    absl::StatusOr<TextPattern> regex = Regex(p["Regex"].get<std::string>());
+    if (!regex.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", regex.status().message()));
+    }
+    return regex;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, ": \"pattern\" has neither \"String\" nor \"Regex\""));
+}
+
+TextPattern TextPattern::Literal(std::string literal) {
+  TextPattern p;
+  p.literal_ = std::move(literal);
+  return p;
+}
+
+absl::StatusOr<TextPattern> TextPattern::Regex(absl::string_view regex) {
+  absl::StatusOr<std::unique_ptr<Pcre2Regex>> compiled = Pcre2Regex::Compile(regex);
+  if (!compiled.ok()) return compiled.status();
+  TextPattern p;
+  p.regex_ = *std::move(compiled);
+  return p;
+}
+
+void TextPattern::FindAll(absl::string_view text, std::vector<Pcre2Regex::Match>* matches) const {
+  if (regex_ != nullptr) {
+    regex_->FindAll(text, matches);
+    return;
+  }
+  if (literal_.empty()) return;
+  size_t pos = 0;
+  while ((pos = text.find(literal_, pos)) != absl::string_view::npos) {
+    matches->emplace_back(pos, pos + literal_.size());
+    pos += literal_.size();
+  }
+}
+
+std::string TextPattern::ReplaceAll(absl::string_view text, absl::string_view content) const {
+  std::vector<Pcre2Regex::Match> matches;
+  FindAll(text, &matches);
+  if (matches.empty()) return std::string(text);
+  std::string out;
+  out.reserve(text.size() + matches.size() * content.size());
+  size_t last = 0;
+  for (const auto& [begin, end] : matches) {
+    out.append(text.data() + last, begin - last);
+    out.append(content.data(), content.size());
+    last = end;
+  }
+  out.append(text.data() + last, text.size() - last);
+  return out;
+}
+
+bool IsWhitespace(uint32_t c) {
+  if (c < 0x80) return c == ' ' || (c >= 0x09 && c <= 0x0D);
+  return u_isUWhiteSpace(static_cast<UChar32>(c));
+}
+
+bool IsAlphanumeric(uint32_t c) {
+  if (c < 0x80) return (c | 0x20) >= 'a' && (c | 0x20) <= 'z' ? true : (c >= '0' && c <= '9');
+  if (u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_ALPHABETIC)) return true;
+  const int8_t type = u_charType(static_cast<UChar32>(c));
+  return type == U_DECIMAL_DIGIT_NUMBER || type == U_LETTER_NUMBER || type == U_OTHER_NUMBER;
+}
+
+absl::string_view TrimLeadingWhitespace(absl::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t n = utf8::CharLength(static_cast<unsigned char>(text[i]));
+    if (!IsWhitespace(utf8::Decode(text, i))) break;
+    i += n;
+  }
+  return text.substr(i);
+}
+
+absl::string_view TrimTrailingWhitespace(absl::string_view text) {
+  size_t end = text.size();
+  while (end > 0) {
+    size_t start = end - 1;
+    while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
+    if (!IsWhitespace(utf8::Decode(text, start))) break;
+    end = start;
+  }
+  return text.substr(0, end);
+}
+
+}  // namespace verdict::hf
