@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include <unicode/uchar.h>
-
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/text/text_pattern.h"
@@ -20,21 +18,6 @@ uint32_t CharBefore(absl::string_view text, size_t end) {
   size_t start = end - 1;
   while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
   return utf8::Decode(text, start);
-}
-
-// A word character for single_word, as a Unicode regex's \w: alphabetic,
-// a mark, a decimal digit, a connector punctuation ('_') or a joiner. (A
-// superscript digit such as '²' is not one.)
-bool IsWordChar(uint32_t c) {
-  if (c < 0x80) {
-    return c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-  }
-  if (c == 0x200C || c == 0x200D) return true;
-  if (u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_ALPHABETIC)) return true;
-  const int8_t type = u_charType(static_cast<UChar32>(c));
-  return type == U_NON_SPACING_MARK || type == U_COMBINING_SPACING_MARK ||
-         type == U_ENCLOSING_MARK || type == U_DECIMAL_DIGIT_NUMBER ||
-         type == U_CONNECTOR_PUNCTUATION;
 }
 
 }  // namespace

@@ -1,9 +1,8 @@
 #include "runtime/text/normalizers.h"
 
-#include <unicode/errorcode.h>
-#include <unicode/normalizer2.h>
-#include <unicode/bytestream.h>
+#include <uninorm.h>
 
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -17,11 +16,11 @@ namespace {
 
 using nlohmann::json;
 
-// Unicode normalization forms through ICU. ASCII is in every form, so the
-// common case skips the conversion.
+// Unicode normalization forms (libunistring). ASCII is in every form, so
+// the common case skips the conversion.
 class UnicodeForm : public Normalizer {
  public:
-  explicit UnicodeForm(const icu::Normalizer2* form) : form_(form) {}
+  explicit UnicodeForm(uninorm_t form) : form_(form) {}
   void Normalize(std::string* text) const override {
     bool ascii = true;
     for (char c : *text) {
@@ -31,16 +30,16 @@ class UnicodeForm : public Normalizer {
       }
     }
     if (ascii) return;
-    std::string out;
-    icu::StringByteSink<std::string> sink(&out, static_cast<int32_t>(text->size()));
-    icu::ErrorCode error;
-    form_->normalizeUTF8(0, icu::StringPiece(text->data(), static_cast<int32_t>(text->size())),
-                         sink, nullptr, error);
-    if (error.isSuccess()) *text = std::move(out);
+    size_t length = 0;
+    uint8_t* out = u8_normalize(form_, reinterpret_cast<const uint8_t*>(text->data()),
+                                text->size(), nullptr, &length);
+    if (out == nullptr) return;  // out of memory: the text stays as it is
+    text->assign(reinterpret_cast<const char*>(out), length);
+    std::free(out);
   }
 
  private:
-  const icu::Normalizer2* form_;
+  uninorm_t form_;
 };
 
 class Prepend : public Normalizer {
@@ -91,18 +90,11 @@ class Sequence : public Normalizer {
   std::vector<std::unique_ptr<Normalizer>> steps_;
 };
 
-absl::StatusOr<std::unique_ptr<Normalizer>> Form(const std::string& type) {
-  icu::ErrorCode error;
-  const icu::Normalizer2* form = nullptr;
-  if (type == "NFC") form = icu::Normalizer2::getNFCInstance(error);
-  if (type == "NFD") form = icu::Normalizer2::getNFDInstance(error);
-  if (type == "NFKC") form = icu::Normalizer2::getNFKCInstance(error);
-  if (type == "NFKD") form = icu::Normalizer2::getNFKDInstance(error);
-  if (form == nullptr || error.isFailure()) {
-    return absl::InternalError(absl::StrCat("normalizer ", type, ": ICU has no such form: ",
-                                            error.errorName()));
-  }
-  return std::make_unique<UnicodeForm>(form);
+std::unique_ptr<Normalizer> Form(const std::string& type) {
+  if (type == "NFD") return std::make_unique<UnicodeForm>(UNINORM_NFD);
+  if (type == "NFKC") return std::make_unique<UnicodeForm>(UNINORM_NFKC);
+  if (type == "NFKD") return std::make_unique<UnicodeForm>(UNINORM_NFKD);
+  return std::make_unique<UnicodeForm>(UNINORM_NFC);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #include "runtime/text/text_pattern.h"
 
-#include <unicode/uchar.h>
+#include <unictype.h>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/text/utf8.h"
@@ -73,14 +73,16 @@ std::string TextPattern::ReplaceAll(absl::string_view text, absl::string_view co
 
 bool IsWhitespace(uint32_t c) {
   if (c < 0x80) return c == ' ' || (c >= 0x09 && c <= 0x0D);
-  return u_isUWhiteSpace(static_cast<UChar32>(c));
+  return uc_is_property_white_space(c);
 }
 
-bool IsAlphanumeric(uint32_t c) {
-  if (c < 0x80) return (c | 0x20) >= 'a' && (c | 0x20) <= 'z' ? true : (c >= '0' && c <= '9');
-  if (u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_ALPHABETIC)) return true;
-  const int8_t type = u_charType(static_cast<UChar32>(c));
-  return type == U_DECIMAL_DIGIT_NUMBER || type == U_LETTER_NUMBER || type == U_OTHER_NUMBER;
+bool IsWordChar(uint32_t c) {
+  if (c < 0x80) {
+    return c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+  }
+  if (c == 0x200C || c == 0x200D) return true;
+  return uc_is_property_alphabetic(c) || uc_is_general_category(c, UC_CATEGORY_M) ||
+         uc_is_general_category(c, UC_CATEGORY_Nd) || uc_is_general_category(c, UC_CATEGORY_Pc);
 }
 
 absl::string_view TrimLeadingWhitespace(absl::string_view text) {

@@ -1,7 +1,7 @@
 // The "pattern" of Split, Replace and the Replace decoder: either a literal
 // string ({"String": ...}) or a regex ({"Regex": ...}). Also the Unicode
-// character classes that added-token matching and Strip use, with the
-// definitions of Rust's char methods that the `tokenizers` library calls.
+// character classes that added-token matching and Strip use, as the
+// `tokenizers` library defines them.
 #ifndef VERDICT_RUNTIME_TEXT_TEXT_PATTERN_H_
 #define VERDICT_RUNTIME_TEXT_TEXT_PATTERN_H_
 
@@ -35,8 +35,10 @@ class TextPattern {
 
 // White_Space (Rust's char::is_whitespace).
 bool IsWhitespace(uint32_t c);
-// Alphabetic or numeric (Rust's char::is_alphanumeric).
-bool IsAlphanumeric(uint32_t c);
+// A word character as a Unicode regex's \w has it: alphabetic, a mark, a
+// decimal digit, a connector punctuation ('_') or a joiner. (A superscript
+// digit such as '²' is none.) Added tokens' single_word looks at it.
+bool IsWordChar(uint32_t c);
 
 absl::string_view TrimLeadingWhitespace(absl::string_view text);
 absl::string_view TrimTrailingWhitespace(absl::string_view text);
