@@ -82,7 +82,9 @@ void Pcre2Regex::FindAll(absl::string_view text, std::vector<Match>* matches) co
       rc = pcre2_match(Code(code_), subject, text.size(), start,
                        PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, data, nullptr);
     }
-    if (rc < 0) return;  // no match (other errors cannot occur on valid UTF-8)
+    // No further match. (A match-limit error on pathological input also
+    // ends the search: the rest of the text stays one unmatched stretch.)
+    if (rc < 0) return;
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
     const size_t begin = ovector[0], end = ovector[1];
     if (end > begin) {
