@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -170,6 +171,37 @@ TEST(HfTokenizerTest, InconsistentFilesAreErrors) {
   ASSERT_FALSE(t.ok());
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("broken.json: not a JSON object"));
   EXPECT_FALSE(HfTokenizer::Load("/nonexistent/tokenizer.json").ok());
+}
+
+TEST(HfTokenizerTest, ConcurrentEncodesAgree) {
+  std::unique_ptr<HfTokenizer> t = Fixture("llama3");
+  ASSERT_NE(t, nullptr);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 200; ++i) {
+    lines.push_back("line " + std::to_string(i * 7919) + ": the quick brown fox \xE4\xB8\xAD" +
+                    std::string(i % 5, ' ') + "jumps");
+  }
+  std::vector<std::vector<int32_t>> expected;
+  for (const std::string& line : lines) expected.push_back(*t->Encode(line, false));
+  // Fresh words through the shared cache and the per-thread match data.
+  std::unique_ptr<HfTokenizer> fresh = Fixture("llama3");
+  ASSERT_NE(fresh, nullptr);
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int r = 0; r < 5; ++r) {
+        for (size_t i = 0; i < lines.size(); ++i) {
+          if (*fresh->Encode(lines[(i + k * 37) % lines.size()], false) !=
+              expected[(i + k * 37) % lines.size()]) {
+            ++mismatches[k];
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_THAT(mismatches, ElementsAre(0, 0, 0, 0));
 }
 
 TEST(HfTokenizerTest, LoadTokenizerPrefersTokenizerJson) {

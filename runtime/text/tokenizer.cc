@@ -140,7 +140,9 @@ absl::StatusOr<std::string> IncrementalDetokenizer::Emit(bool final) {
   // half a character.
   size_t from = prefix->size();
   if (full->compare(0, from, *prefix) != 0) {
-    while (from < full->size() && (static_cast<unsigned char>((*full)[from]) & 0xC0) == 0x80) ++from;
+    while (from < full->size() && (static_cast<unsigned char>((*full)[from]) & 0xC0) == 0x80) {
+      ++from;
+    }
   }
   std::string delta = full->size() > from ? full->substr(from) : std::string();
   // The next window starts at the ids just emitted, unless they decode to

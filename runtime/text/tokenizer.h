@@ -1,8 +1,8 @@
 // Tokenizer: text to token ids and back, behind one interface for the two
 // tokenizer kinds, SentencePiece (tokenizer.model) and Hugging Face
-// tokenizer.json (hf_tokenizer.h). IncrementalDetokenizer turns a stream of generated ids into
-// text pieces for streaming without splitting a UTF-8 character or losing
-// the spaces that SentencePiece encodes inside pieces.
+// tokenizer.json (hf_tokenizer.h). IncrementalDetokenizer turns a stream of
+// generated ids into text pieces for streaming without splitting a UTF-8
+// character or losing the spaces that the pieces encode.
 #ifndef VERDICT_RUNTIME_TEXT_TOKENIZER_H_
 #define VERDICT_RUNTIME_TEXT_TOKENIZER_H_
 
