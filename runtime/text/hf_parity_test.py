@@ -5,7 +5,10 @@ parity_lines.jsonl, runs hf_tokenizer_tool (verdict) and the library on the
 same text, and requires the same ids (with and without special tokens), the
 same decoded text (special tokens kept, and skipped), decode(encode(x)) == x
 wherever the library round-trips, and streaming detokenization that emits
-whole UTF-8 pieces adding up to the library's decoded text.
+whole UTF-8 pieces adding up to the library's decoded text. A second set of
+lines sweeps code points (the first 13,312, the compatibility ideographs and
+forms, emoji), each in a few regex contexts, for the character classes that
+PCRE2 and the library's Oniguruma must agree on.
 
   python3 hf_parity_test.py TOOL TESTDATA_DIR [FIXTURE ...]
 """
@@ -21,18 +24,24 @@ from tokenizers import Tokenizer
 FIXTURES = ["gpt2", "llama3", "qwen2", "metaspace", "metaspace_split"]
 
 
-def check(tool, testdata, name, lines):
+def code_point_lines():
+  cps = (list(range(1, 0x3400)) + list(range(0xF900, 0x10000)) + list(range(0x1F000, 0x1FB00, 2)))
+  return [f"a{c}{c}b {c}x'{c}s 1{c}2  {c}\n"
+          for c in map(chr, cps) if not 0xD800 <= ord(c) < 0xE000]
+
+
+def check(tool, testdata, name, lines, label):
   folder = os.path.join(testdata, name)
   tok = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
   start = time.time()
   proc = subprocess.run([tool, folder], input="".join(json.dumps(l) + "\n" for l in lines),
                         capture_output=True, text=True)
   if proc.returncode != 0:
-    print(f"{name}: tool failed ({proc.returncode}): {proc.stderr}")
+    print(f"{name} {label}: tool failed ({proc.returncode}): {proc.stderr}")
     return 1
   outs = [json.loads(l) for l in proc.stdout.split("\n") if l]
   if len(outs) != len(lines):
-    print(f"{name}: tool printed {len(outs)} results for {len(lines)} lines")
+    print(f"{name} {label}: tool printed {len(outs)} results for {len(lines)} lines")
     return 1
   counts = dict(ids=0, ids_special=0, decoded=0, decoded_skip=0, stream=0, roundtrip=0)
   roundtrips = 0
@@ -65,7 +74,7 @@ def check(tool, testdata, name, lines):
         counts[b] += 1
     if bad and shown < 5:
       shown += 1
-      print(f"{name}: MISMATCH {bad} for {json.dumps(line, ensure_ascii=False)[:200]}")
+      print(f"{name} {label}: MISMATCH {bad} for {json.dumps(line, ensure_ascii=False)[:200]}")
       if "error" in out:
         print(f"  verdict error: {out['error']}")
       else:
@@ -81,7 +90,7 @@ def check(tool, testdata, name, lines):
                 f" valid={out['stream_pieces_valid']}"
                 f"\n  library: {json.dumps(decoded_skip, ensure_ascii=False)[:200]}")
   mismatched = sum(counts.values())
-  print(f"{name}: {len(lines)} lines, {roundtrips} round-trip in the library; mismatches: "
+  print(f"{name} {label}: {len(lines)} lines, {roundtrips} round-trip in the library; mismatches: "
         + ", ".join(f"{k} {v}" for k, v in counts.items())
         + f" ({time.time() - start:.1f} s)")
   return 1 if mismatched else 0
@@ -92,8 +101,12 @@ def main():
   names = sys.argv[3:] or FIXTURES
   with open(os.path.join(testdata, "parity_lines.jsonl"), encoding="utf-8") as f:
     lines = [json.loads(l) for l in f.read().split("\n") if l]
-  failed = sum(check(tool, testdata, name, lines) for name in names)
-  print("PASS" if failed == 0 else f"FAIL: {failed} fixtures differ")
+  sweep = code_point_lines()
+  failed = 0
+  for name in names:
+    failed += check(tool, testdata, name, lines, "corpus")
+    failed += check(tool, testdata, name, sweep, "code points")
+  print("PASS" if failed == 0 else f"FAIL: {failed} line sets differ")
   return 1 if failed else 0
 
 

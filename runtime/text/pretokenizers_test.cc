@@ -53,6 +53,18 @@ TEST(PreTokenizersTest, ByteLevelWithItsOwnRegex) {
               ElementsAre("\xC4\xA0" "a" "\xC4\xA0" "b" "\xC4\x8A"));
 }
 
+// U+180E MONGOLIAN VOWEL SEPARATOR is no space for the library's regex
+// engine (PCRE2's own \s would take it): "\s+(?!\S)" keeps one space.
+TEST(PreTokenizersTest, RegexSpacesAreWhiteSpace) {
+  EXPECT_THAT(Words({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}},
+                    "  \xE1\xA0\x8E"),
+              ElementsAre("\xC4\xA0", "\xC4\xA0\xC3\xA1\xC5\x82\xC4\xB0"));
+  EXPECT_THAT(Words(json::parse(R"({"type": "Split", "pattern": {"Regex": "[^\\s]+"},
+                                    "behavior": "Removed", "invert": true})"),
+                    "a\xE1\xA0\x8E b\xE2\x80\x83" "c"),
+              ElementsAre("a\xE1\xA0\x8E", "b", "c"));
+}
+
 TEST(PreTokenizersTest, MetaspaceAndDigits) {
   const json metaspace = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"},
                           {"prepend_scheme", "first"}, {"split", true}};

@@ -6,8 +6,59 @@
 #include "runtime/text/utf8.h"
 
 namespace verdict::hf {
+namespace {
 
 using nlohmann::json;
+
+// The White_Space characters, as the class body that Oniguruma (the
+// `tokenizers` library's regex engine) gives \s. PCRE2's \s also takes
+// U+180E MONGOLIAN VOWEL SEPARATOR, which Unicode no longer counts as a
+// space.
+constexpr char kWhiteSpaceClass[] =
+    R"(\t-\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
+// `regex` with \s and \S spelled out as kWhiteSpaceClass (inside a
+// character class too, where only \s can be; a \S there stays PCRE2's).
+std::string WithOnigurumaSpaces(absl::string_view regex) {
+  std::string out;
+  out.reserve(regex.size() + 64);
+  bool in_class = false;
+  size_t class_start = 0;  // index in `regex` just after the class's "[" or "[^"
+  for (size_t i = 0; i < regex.size(); ++i) {
+    const char c = regex[i];
+    if (c == '\\' && i + 1 < regex.size()) {
+      const char e = regex[i + 1];
+      if (e == 's') {
+        out += in_class ? kWhiteSpaceClass : absl::StrCat("[", kWhiteSpaceClass, "]");
+      } else if (e == 'S' && !in_class) {
+        out += absl::StrCat("[^", kWhiteSpaceClass, "]");
+      } else {
+        out += c;
+        out += e;
+      }
+      ++i;
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      class_start = i + 1 < regex.size() && regex[i + 1] == '^' ? i + 2 : i + 1;
+    } else if (in_class && c == '[' && i + 1 < regex.size() && regex[i + 1] == ':') {
+      // A POSIX class such as [:alpha:] inside the class: copy it whole.
+      const size_t end = regex.find(":]", i + 2);
+      if (end != absl::string_view::npos) {
+        out.append(regex.data() + i, end + 2 - i);
+        i = end + 1;
+        continue;
+      }
+    } else if (in_class && c == ']' && i != class_start) {
+      in_class = false;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
 
 absl::StatusOr<TextPattern> TextPattern::Parse(const json& spec, absl::string_view where) {
   if (!spec.contains("pattern") || !spec["pattern"].is_object()) {
@@ -35,7 +86,8 @@ TextPattern TextPattern::Literal(std::string literal) {
 }
 
 absl::StatusOr<TextPattern> TextPattern::Regex(absl::string_view regex) {
-  absl::StatusOr<std::unique_ptr<Pcre2Regex>> compiled = Pcre2Regex::Compile(regex);
+  absl::StatusOr<std::unique_ptr<Pcre2Regex>> compiled =
+      Pcre2Regex::Compile(WithOnigurumaSpaces(regex));
   if (!compiled.ok()) return compiled.status();
   TextPattern p;
   p.regex_ = *std::move(compiled);
