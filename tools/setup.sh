@@ -17,6 +17,7 @@ packages=(
   libsentencepiece-dev sentencepiece
   nlohmann-json3-dev
   libpcre2-dev           # tokenizer.json regexes (Unicode classes, look-ahead)
+  libunistring-dev       # tokenizer.json normalizers (NFC) and Unicode properties
   prometheus             # promtool and the server, for the monitoring tests
   python3 python3-venv   # end-to-end tests drive the server with Python clients
   clang libclang-rt-14-dev  # tools/fuzz/run.sh: libFuzzer and the sanitizers

@@ -1,8 +1,10 @@
 #include "runtime/text/tokenizer.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/text/hf_tokenizer.h"
 #include "runtime/text/internal/sentencepiece_adapter.h"
 
 namespace verdict {
@@ -69,19 +71,25 @@ std::string SentencePieceTokenizer::IdToPiece(int32_t id) const {
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  const fs::path hf = fs::path(model_dir) / "tokenizer.json";
+  if (fs::exists(hf, ec)) {
+    absl::StatusOr<std::unique_ptr<HfTokenizer>> t = HfTokenizer::Load(hf.string());
+    if (!t.ok()) return t.status();
+    std::fprintf(stderr, "verdict: tokenizer %s (Hugging Face tokenizer.json, %d ids)\n",
+                 hf.string().c_str(), (*t)->vocab_size());
+    return std::unique_ptr<Tokenizer>(*std::move(t));
+  }
   const fs::path sp = fs::path(model_dir) / "tokenizer.model";
   if (fs::exists(sp, ec)) {
     absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> t =
         SentencePieceTokenizer::Load(sp.string());
     if (!t.ok()) return t.status();
+    std::fprintf(stderr, "verdict: tokenizer %s (SentencePiece tokenizer.model, %d ids)\n",
+                 sp.string().c_str(), (*t)->vocab_size());
     return std::unique_ptr<Tokenizer>(*std::move(t));
   }
-  if (fs::exists(fs::path(model_dir) / "tokenizer.json", ec)) {
-    return absl::UnimplementedError(
-        absl::StrCat(model_dir, ": only tokenizer.json is present; this build reads "
-                                "SentencePiece tokenizer.model files"));
-  }
-  return absl::NotFoundError(absl::StrCat(model_dir, ": no tokenizer.model"));
+  return absl::NotFoundError(
+      absl::StrCat(model_dir, ": no tokenizer.json or tokenizer.model"));
 }
 
 namespace {
@@ -125,10 +133,25 @@ absl::StatusOr<std::string> IncrementalDetokenizer::Emit(bool final) {
   const bool partial = full->size() >= kReplacementChar.size() &&
                        full->compare(full->size() - kReplacementChar.size(),
                                      kReplacementChar.size(), kReplacementChar) == 0;
-  if (!final && (full->size() <= prefix->size() || partial)) return std::string();
-  std::string delta =
-      full->size() > prefix->size() ? full->substr(prefix->size()) : std::string();
-  prefix_offset_ = read_offset_;
+  const bool open_bytes = tokenizer_->IsBytePiece(ids_.back());
+  if (!final && (full->size() <= prefix->size() || partial || open_bytes)) return std::string();
+  // The window's text normally extends the prefix's; where it does not, the
+  // new text starts at the next character boundary so that no piece holds
+  // half a character.
+  size_t from = prefix->size();
+  if (full->compare(0, from, *prefix) != 0) {
+    while (from < full->size() && (static_cast<unsigned char>((*full)[from]) & 0xC0) == 0x80) {
+      ++from;
+    }
+  }
+  std::string delta = full->size() > from ? full->substr(from) : std::string();
+  // The next window starts at the ids just emitted, unless they decode to
+  // nothing on their own (special tokens, a lone Metaspace "▁" that a
+  // decoder drops at the start of a text): a window starting there would
+  // lose the leading space of the text that follows.
+  absl::StatusOr<std::string> next = tokenizer_->Decode(all.subspan(read_offset_));
+  if (!next.ok()) return next.status();
+  if (!next->empty()) prefix_offset_ = read_offset_;
   read_offset_ = ids_.size();
   return delta;
 }

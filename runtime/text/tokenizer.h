@@ -1,8 +1,8 @@
-// Tokenizer: text to token ids and back, behind one interface so that a
-// second tokenizer kind (Hugging Face tokenizer.json) can be added beside
-// SentencePiece. IncrementalDetokenizer turns a stream of generated ids into
-// text pieces for streaming without splitting a UTF-8 character or losing
-// the spaces that SentencePiece encodes inside pieces.
+// Tokenizer: text to token ids and back, behind one interface for the two
+// tokenizer kinds, SentencePiece (tokenizer.model) and Hugging Face
+// tokenizer.json (hf_tokenizer.h). IncrementalDetokenizer turns a stream of
+// generated ids into text pieces for streaming without splitting a UTF-8
+// character or losing the spaces that the pieces encode.
 #ifndef VERDICT_RUNTIME_TEXT_TOKENIZER_H_
 #define VERDICT_RUNTIME_TEXT_TOKENIZER_H_
 
@@ -26,11 +26,22 @@ class Tokenizer {
                                                       bool add_bos) const = 0;
   // Control tokens (BOS, EOS, ...) decode to nothing.
   virtual absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const = 0;
+  // With skip_special_tokens false, special tokens decode to their text
+  // where the tokenizer has one; by default this is Decode(ids).
+  virtual absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
+                                             bool skip_special_tokens) const {
+    return Decode(ids);
+  }
   virtual int vocab_size() const = 0;
   virtual int bos_id() const = 0;  // -1 when the model has none
   virtual int eos_id() const = 0;
   // The piece string of one id, for logs and debugging.
   virtual std::string IdToPiece(int32_t id) const = 0;
+  // Whether `id` is a byte-fallback piece (<0xXX>) whose text depends on
+  // the byte pieces after it: a run of them decodes to its characters when
+  // the bytes are valid UTF-8 and to one U+FFFD per byte otherwise, so
+  // streaming holds such a run back until an id ends it.
+  virtual bool IsBytePiece(int32_t id) const { return false; }
 };
 
 // A SentencePiece `tokenizer.model` (BPE or unigram, with byte fallback).
@@ -52,12 +63,15 @@ class SentencePieceTokenizer : public Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
-// The tokenizer of a model directory: `tokenizer.model` (SentencePiece).
+// The tokenizer of a model directory: `tokenizer.json` (Hugging Face) when
+// the directory has one, else `tokenizer.model` (SentencePiece). Says which
+// on stderr, in one line.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir);
 
 // Streaming detokenization: decodes a short window of recent ids and emits
 // only text that is complete (no trailing U+FFFD from a partial UTF-8
-// sequence). Concatenating every Append result and Finish equals decoding
+// sequence, no open run of byte pieces), and every piece it emits is whole
+// UTF-8. Concatenating every Append result and Finish equals decoding
 // all generated ids after the context.
 class IncrementalDetokenizer {
  public:

@@ -180,7 +180,10 @@ TEST_F(TokenizerTest, LoadTokenizerErrors) {
   const std::string json_only = *dir_ + "/json_only";
   fs::create_directories(json_only);
   std::ofstream(json_only + "/tokenizer.json") << "{}";
-  EXPECT_EQ(LoadTokenizer(json_only).status().code(), absl::StatusCode::kUnimplemented);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> no_model = LoadTokenizer(json_only);
+  EXPECT_EQ(no_model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(no_model.status().message()),
+              HasSubstr(json_only + "/tokenizer.json: no \"model\""));
 
   const std::string garbage = *dir_ + "/garbage";
   fs::create_directories(garbage);

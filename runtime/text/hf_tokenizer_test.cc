@@ -1,0 +1,229 @@
+#include "runtime/text/hf_tokenizer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "runtime/text/tokenizer.h"
+#include "runtime/text/utf8.h"
+
+namespace verdict {
+namespace {
+
+using nlohmann::json;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+const std::string kTestdata = "runtime/text/testdata";
+
+std::unique_ptr<HfTokenizer> Fixture(const std::string& name) {
+  absl::StatusOr<std::unique_ptr<HfTokenizer>> t =
+      HfTokenizer::Load(kTestdata + "/" + name + "/tokenizer.json");
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *std::move(t) : nullptr;
+}
+
+std::string ReadFixture(const std::string& name) {
+  std::ifstream in(kTestdata + "/" + name + "/tokenizer.json");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Streams `ids` through IncrementalDetokenizer; every piece must be whole
+// UTF-8.
+std::string Stream(const Tokenizer& t, const std::vector<int32_t>& ids,
+                   absl::Span<const int32_t> context = {}) {
+  IncrementalDetokenizer d(&t, context);
+  std::string text;
+  for (int32_t id : ids) {
+    absl::StatusOr<std::string> piece = d.Append(id);
+    EXPECT_TRUE(piece.ok());
+    EXPECT_TRUE(utf8::IsValid(*piece)) << "half a character streamed after id " << id;
+    text += *piece;
+  }
+  absl::StatusOr<std::string> rest = d.Finish();
+  EXPECT_TRUE(rest.ok());
+  return text + *rest;
+}
+
+TEST(HfTokenizerTest, ByteLevelRoundTripsAndAddsNoBos) {
+  std::unique_ptr<HfTokenizer> t = Fixture("gpt2");
+  ASSERT_NE(t, nullptr);
+  const std::string text = "It is a truth universally acknowledged,\n\tthat 12345 caf\xC3\xA9s \xE4\xB8\xAD\xF0\x9F\x98\x80!";
+  absl::StatusOr<std::vector<int32_t>> ids = t->Encode(text, /*add_bos=*/true);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, *t->Encode(text, /*add_bos=*/false));  // GPT-2's template adds nothing
+  EXPECT_EQ(*t->Decode(*ids), text);
+  EXPECT_EQ(Stream(*t, *ids), text);
+  EXPECT_EQ(t->eos_id(), 0);  // <|endoftext|>
+  EXPECT_FALSE(t->Encode("bad \xC3", false).ok());
+}
+
+TEST(HfTokenizerTest, SpecialTokensMatchWholeAndDecodeOnRequest) {
+  std::unique_ptr<HfTokenizer> t = Fixture("qwen2");
+  ASSERT_NE(t, nullptr);
+  const int32_t im_start = 1, im_end = 2;
+  absl::StatusOr<std::vector<int32_t>> ids = t->Encode("<|im_start|>user\nhi<|im_end|>", false);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_GE(ids->size(), 3u);
+  EXPECT_EQ(ids->front(), im_start);
+  EXPECT_EQ(ids->back(), im_end);
+  EXPECT_EQ(*t->Decode(*ids, /*skip_special_tokens=*/false), "<|im_start|>user\nhi<|im_end|>");
+  EXPECT_EQ(*t->Decode(*ids, /*skip_special_tokens=*/true), "user\nhi");
+  EXPECT_EQ(*t->Decode(*ids), "user\nhi");
+  EXPECT_THAT(t->special_token_ids(), ElementsAre(0, 1, 2));
+  EXPECT_FALSE(t->Decode({t->vocab_size()}).ok());
+}
+
+TEST(HfTokenizerTest, TemplateAddsBos) {
+  std::unique_ptr<HfTokenizer> t = Fixture("llama3");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->bos_id(), 0);  // <|begin_of_text|>
+  absl::StatusOr<std::vector<int32_t>> with = t->Encode("hello", true);
+  absl::StatusOr<std::vector<int32_t>> without = t->Encode("hello", false);
+  ASSERT_TRUE(with.ok() && without.ok());
+  ASSERT_EQ(with->size(), without->size() + 1);
+  EXPECT_EQ(with->front(), 0);
+}
+
+TEST(HfTokenizerTest, MetaspaceStreamingKeepsEverySpace) {
+  for (const char* name : {"metaspace", "metaspace_split"}) {
+    std::unique_ptr<HfTokenizer> t = Fixture(name);
+    ASSERT_NE(t, nullptr);
+    // A special token mid-stream decodes to nothing; the space after it
+    // must survive, as must the bytes of byte-fallback characters.
+    const std::string text = "the fox</s> jumps  over \xE2\x9C\xA8 \xED\x95\x9C";
+    absl::StatusOr<std::vector<int32_t>> ids = t->Encode(text, true);
+    ASSERT_TRUE(ids.ok());
+    absl::StatusOr<std::string> decoded = t->Decode(*ids);
+    ASSERT_TRUE(decoded.ok());
+    EXPECT_EQ(Stream(*t, *ids), *decoded) << name;
+    EXPECT_THAT(*decoded, HasSubstr(" jumps  over \xE2\x9C\xA8")) << name;
+  }
+}
+
+TEST(HfTokenizerTest, StreamingAfterAContext) {
+  std::unique_ptr<HfTokenizer> t = Fixture("metaspace");
+  ASSERT_NE(t, nullptr);
+  absl::StatusOr<std::vector<int32_t>> prompt = t->Encode("Once upon", true);
+  absl::StatusOr<std::vector<int32_t>> all = t->Encode("Once upon a time", true);
+  ASSERT_TRUE(prompt.ok() && all.ok());
+  ASSERT_TRUE(std::equal(prompt->begin(), prompt->end(), all->begin()));
+  const std::vector<int32_t> generated(all->begin() + prompt->size(), all->end());
+  EXPECT_EQ(Stream(*t, generated, *prompt), " a time");
+}
+
+TEST(HfTokenizerTest, UnsupportedComponentsAreErrorsNamingFileAndComponent) {
+  json spec = json::parse(ReadFixture("gpt2"));
+  spec["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
+  absl::StatusOr<std::unique_ptr<HfTokenizer>> t = HfTokenizer::FromJson(spec.dump(), "x/tokenizer.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()),
+              HasSubstr("x/tokenizer.json: pre_tokenizer type \"BertPreTokenizer\""));
+
+  spec = json::parse(ReadFixture("gpt2"));
+  spec["decoder"] = {{"type", "CTC"}};
+  t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("decoder type \"CTC\""));
+
+  spec = json::parse(ReadFixture("gpt2"));
+  spec["model"]["type"] = "WordPiece";
+  t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("model type \"WordPiece\""));
+
+  spec = json::parse(ReadFixture("gpt2"));
+  spec["post_processor"] = {{"type", "Mystery"}};
+  t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("post_processor type \"Mystery\""));
+}
+
+TEST(HfTokenizerTest, InconsistentFilesAreErrors) {
+  json spec = json::parse(ReadFixture("gpt2"));
+  spec["added_tokens"].push_back({{"id", 6000}, {"content", "<dup>"}});
+  absl::StatusOr<std::unique_ptr<HfTokenizer>> t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("id 6000 is used twice"));
+
+  spec = json::parse(ReadFixture("gpt2"));
+  spec["added_tokens"].push_back({{"id", 5}, {"content", "<other>"}});
+  t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("which the model gives to"));
+
+  spec = json::parse(ReadFixture("gpt2"));
+  spec["model"]["merges"].push_back("Ġ nonexistent");
+  t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("f.json: model BPE: merge"));
+
+  t = HfTokenizer::FromJson("{not json", "broken.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("broken.json: not a JSON object"));
+  EXPECT_FALSE(HfTokenizer::Load("/nonexistent/tokenizer.json").ok());
+}
+
+TEST(HfTokenizerTest, ConcurrentEncodesAgree) {
+  std::unique_ptr<HfTokenizer> t = Fixture("llama3");
+  ASSERT_NE(t, nullptr);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 200; ++i) {
+    lines.push_back("line " + std::to_string(i * 7919) + ": the quick brown fox \xE4\xB8\xAD" +
+                    std::string(i % 5, ' ') + "jumps");
+  }
+  std::vector<std::vector<int32_t>> expected;
+  for (const std::string& line : lines) expected.push_back(*t->Encode(line, false));
+  // Fresh words through the shared cache and the per-thread match data.
+  std::unique_ptr<HfTokenizer> fresh = Fixture("llama3");
+  ASSERT_NE(fresh, nullptr);
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int r = 0; r < 5; ++r) {
+        for (size_t i = 0; i < lines.size(); ++i) {
+          if (*fresh->Encode(lines[(i + k * 37) % lines.size()], false) !=
+              expected[(i + k * 37) % lines.size()]) {
+            ++mismatches[k];
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_THAT(mismatches, ElementsAre(0, 0, 0, 0));
+}
+
+TEST(HfTokenizerTest, LoadTokenizerPrefersTokenizerJson) {
+  const std::string dir = ::testing::TempDir() + "/hf_tokenizer_test_both";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(kTestdata + "/llama3/tokenizer.json", dir + "/tokenizer.json");
+  // A tokenizer.model beside it is not read: this one would fail to load.
+  std::ofstream(dir + "/tokenizer.model") << "not a model";
+  std::ofstream(dir + "/tokenizer_config.json") << R"({"eos_token": "<|eot_id|>"})";
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = LoadTokenizer(dir);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->vocab_size(), 7000);
+  EXPECT_EQ((*t)->bos_id(), 0);
+  EXPECT_EQ((*t)->eos_id(), 2);  // from tokenizer_config.json
+  EXPECT_EQ((*t)->IdToPiece(2), "<|eot_id|>");
+
+  fs::remove(dir + "/tokenizer.json");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> sp = LoadTokenizer(dir);
+  ASSERT_FALSE(sp.ok());  // now the broken tokenizer.model is read
+  EXPECT_THAT(std::string(sp.status().message()), HasSubstr("tokenizer.model"));
+}
+
+}  // namespace
+}  // namespace verdict
