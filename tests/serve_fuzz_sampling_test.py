@@ -15,12 +15,14 @@ import http.client
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_probe import free_port, health  # noqa: E402
 
 VERDICT = os.path.abspath(sys.argv[1])
 SEED = 20261202
@@ -41,12 +43,6 @@ EXTREMES = {
 }
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def request(port, body, timeout=300):
     """(status, parsed body or text); streamed bodies are returned as text."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
@@ -58,15 +54,6 @@ def request(port, body, timeout=300):
         return response.status, json.loads(text)
     except ValueError:
         return response.status, text
-
-
-def health(port):
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        conn.request("GET", "/health")
-        return conn.getresponse().status
-    except OSError:
-        return None
 
 
 def fuzz_body(rng):

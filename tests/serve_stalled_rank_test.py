@@ -14,7 +14,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,26 +22,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from local_mpi import local_mpi_env  # noqa: E402
+from server_probe import free_port, health  # noqa: E402
 
 VERDICT, LAUNCH = sys.argv[1], sys.argv[2]
 COMM_TIMEOUT = 3
 # Detection (the timeout), the handlers' grace (2 s) and mpirun's teardown.
 EXIT_WITHIN = COMM_TIMEOUT + 10
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def health(port):
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        conn.request("GET", "/health")
-        return conn.getresponse().status
-    except OSError:
-        return None
 
 
 def rank_pids(root_pid):

@@ -55,8 +55,6 @@ class ByteLevel : public Decoder {
   }
 };
 
-enum class PrependScheme { kAlways, kFirst, kNever };
-
 // Replacement characters become spaces, except in the first token when a
 // prefix was prepended at encoding (there they are dropped).
 class Metaspace : public Decoder {
@@ -201,26 +199,9 @@ absl::StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const json& spec) {
   if (*type == "Metaspace") {
     absl::StatusOr<std::string> replacement = OptionalStringField(spec, "replacement", where, "\u2581");
     if (!replacement.ok()) return replacement.status();
-    PrependScheme scheme = PrependScheme::kAlways;
-    if (spec.contains("prepend_scheme") && !spec["prepend_scheme"].is_null()) {
-      absl::StatusOr<std::string> name = StringField(spec, "prepend_scheme", where);
-      if (!name.ok()) return name.status();
-      if (*name == "always") {
-        scheme = PrependScheme::kAlways;
-      } else if (*name == "first") {
-        scheme = PrependScheme::kFirst;
-      } else if (*name == "never") {
-        scheme = PrependScheme::kNever;
-      } else {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": unknown prepend_scheme \"", *name, "\""));
-      }
-    } else {
-      absl::StatusOr<bool> prefix = BoolField(spec, "add_prefix_space", where, true);
-      if (!prefix.ok()) return prefix.status();
-      scheme = *prefix ? PrependScheme::kAlways : PrependScheme::kNever;
-    }
-    return std::make_unique<Metaspace>(*std::move(replacement), scheme);
+    absl::StatusOr<PrependScheme> scheme = PrependSchemeField(spec, where);
+    if (!scheme.ok()) return scheme.status();
+    return std::make_unique<Metaspace>(*std::move(replacement), *scheme);
   }
   if (*type == "Strip") {
     absl::StatusOr<std::string> content = StringField(spec, "content", where);
@@ -242,16 +223,10 @@ absl::StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const json& spec) {
     return std::make_unique<Replace>(*std::move(pattern), *std::move(content));
   }
   if (*type == "Sequence") {
-    if (!spec.contains("decoders") || !spec["decoders"].is_array()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": \"decoders\" is not a list"));
-    }
-    std::vector<std::unique_ptr<Decoder>> steps;
-    for (const json& step : spec["decoders"]) {
-      absl::StatusOr<std::unique_ptr<Decoder>> d = ParseDecoder(step);
-      if (!d.ok()) return d.status();
-      if (*d != nullptr) steps.push_back(*std::move(d));
-    }
-    return std::make_unique<Sequence>(std::move(steps));
+    absl::StatusOr<std::vector<std::unique_ptr<Decoder>>> steps =
+        SequenceSteps<Decoder>(spec, "decoders", where, ParseDecoder);
+    if (!steps.ok()) return steps.status();
+    return std::make_unique<Sequence>(*std::move(steps));
   }
   return absl::UnimplementedError(absl::StrCat("decoder type \"", *type, "\" is not supported"));
 }

@@ -52,4 +52,18 @@ absl::StatusOr<std::string> OptionalStringField(const json& spec, absl::string_v
   return spec[key].get<std::string>();
 }
 
+absl::StatusOr<PrependScheme> PrependSchemeField(const json& spec, absl::string_view where) {
+  if (!spec.contains("prepend_scheme") || spec["prepend_scheme"].is_null()) {
+    absl::StatusOr<bool> prefix = BoolField(spec, "add_prefix_space", where, true);
+    if (!prefix.ok()) return prefix.status();
+    return *prefix ? PrependScheme::kAlways : PrependScheme::kNever;
+  }
+  absl::StatusOr<std::string> name = StringField(spec, "prepend_scheme", where);
+  if (!name.ok()) return name.status();
+  if (*name == "always") return PrependScheme::kAlways;
+  if (*name == "first") return PrependScheme::kFirst;
+  if (*name == "never") return PrependScheme::kNever;
+  return absl::InvalidArgumentError(absl::StrCat(where, ": unknown prepend_scheme \"", *name, "\""));
+}
+
 }  // namespace verdict::hf

@@ -125,16 +125,10 @@ absl::StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const json& spec) {
     return std::make_unique<Strip>(*left, *right);
   }
   if (*type == "Sequence") {
-    if (!spec.contains("normalizers") || !spec["normalizers"].is_array()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": \"normalizers\" is not a list"));
-    }
-    std::vector<std::unique_ptr<Normalizer>> steps;
-    for (const json& step : spec["normalizers"]) {
-      absl::StatusOr<std::unique_ptr<Normalizer>> n = ParseNormalizer(step);
-      if (!n.ok()) return n.status();
-      if (*n != nullptr) steps.push_back(*std::move(n));
-    }
-    return std::make_unique<Sequence>(std::move(steps));
+    absl::StatusOr<std::vector<std::unique_ptr<Normalizer>>> steps =
+        SequenceSteps<Normalizer>(spec, "normalizers", where, ParseNormalizer);
+    if (!steps.ok()) return steps.status();
+    return std::make_unique<Sequence>(*std::move(steps));
   }
   return absl::UnimplementedError(absl::StrCat("normalizer type \"", *type, "\" is not supported"));
 }

@@ -144,8 +144,6 @@ class ByteLevel : public PreTokenizer {
   std::unique_ptr<TextPattern> regex_;  // null without use_regex
 };
 
-enum class PrependScheme { kAlways, kFirst, kNever };
-
 class Metaspace : public PreTokenizer {
  public:
   Metaspace(std::string replacement, PrependScheme scheme, bool split)
@@ -266,41 +264,17 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(const json& spec
     if (replacement->empty()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": empty replacement"));
     }
-    PrependScheme scheme = PrependScheme::kAlways;
-    if (spec.contains("prepend_scheme") && !spec["prepend_scheme"].is_null()) {
-      absl::StatusOr<std::string> name = StringField(spec, "prepend_scheme", where);
-      if (!name.ok()) return name.status();
-      if (*name == "always") {
-        scheme = PrependScheme::kAlways;
-      } else if (*name == "first") {
-        scheme = PrependScheme::kFirst;
-      } else if (*name == "never") {
-        scheme = PrependScheme::kNever;
-      } else {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": unknown prepend_scheme \"", *name, "\""));
-      }
-    } else {
-      // Files written before prepend_scheme existed say add_prefix_space.
-      absl::StatusOr<bool> prefix = BoolField(spec, "add_prefix_space", where, true);
-      if (!prefix.ok()) return prefix.status();
-      scheme = *prefix ? PrependScheme::kAlways : PrependScheme::kNever;
-    }
+    absl::StatusOr<PrependScheme> scheme = PrependSchemeField(spec, where);
+    if (!scheme.ok()) return scheme.status();
     absl::StatusOr<bool> split = BoolField(spec, "split", where, true);
     if (!split.ok()) return split.status();
-    return std::make_unique<Metaspace>(*std::move(replacement), scheme, *split);
+    return std::make_unique<Metaspace>(*std::move(replacement), *scheme, *split);
   }
   if (*type == "Sequence") {
-    if (!spec.contains("pretokenizers") || !spec["pretokenizers"].is_array()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": \"pretokenizers\" is not a list"));
-    }
-    std::vector<std::unique_ptr<PreTokenizer>> steps;
-    for (const json& step : spec["pretokenizers"]) {
-      absl::StatusOr<std::unique_ptr<PreTokenizer>> p = ParsePreTokenizer(step);
-      if (!p.ok()) return p.status();
-      if (*p != nullptr) steps.push_back(*std::move(p));
-    }
-    return std::make_unique<Sequence>(std::move(steps));
+    absl::StatusOr<std::vector<std::unique_ptr<PreTokenizer>>> steps =
+        SequenceSteps<PreTokenizer>(spec, "pretokenizers", where, ParsePreTokenizer);
+    if (!steps.ok()) return steps.status();
+    return std::make_unique<Sequence>(*std::move(steps));
   }
   return absl::UnimplementedError(
       absl::StrCat("pre_tokenizer type \"", *type, "\" is not supported"));
