@@ -8,8 +8,6 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -49,13 +47,6 @@ void WaitForStop(const sigset_t& signals, Predicate also) {
   }
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 }  // namespace
 
 int RunServeCommand(absl::Span<char* const> positional) {
@@ -70,6 +61,16 @@ int RunServeCommand(absl::Span<char* const> positional) {
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  // The chat template is checked before the engine starts, on every rank, so
+  // that a template verdict cannot execute stops the job at once.
+  const std::string model_dir = TargetModelDirFromFlags();
+  const std::string tokenizer_config = model_dir + "/tokenizer_config.json";
+  absl::StatusOr<ChatTemplate> chat = ChatTemplate::FromTokenizerConfigFile(tokenizer_config);
+  if (!chat.ok()) {
+    std::fprintf(stderr, "verdict serve: chat template: %s\n", chat.status().ToString().c_str());
+    return 1;
+  }
 
   absl::StatusOr<EngineRuntime> rt = StartEngineFromFlags();
   if (!rt.ok()) {
@@ -118,17 +119,20 @@ int RunServeCommand(absl::Span<char* const> positional) {
     if (!run_status.ok()) metrics.SetRanksUp(0);
   });
 
-  const std::string model_dir = TargetModelDirFromFlags();
   std::string name = absl::GetFlag(FLAGS_served_model_name);
   if (name.empty()) {
     name = std::filesystem::path(model_dir).lexically_normal().filename().string();
     if (name.empty() || name == "target") name = "verdict-default";
   }
-  absl::StatusOr<ChatTemplate> chat =
-      ChatTemplate::FromTokenizerConfig(ReadFile(model_dir + "/tokenizer_config.json"));
+  if (!chat->has_template()) {
+    std::fprintf(stderr,
+                 "verdict serve: no chat template in %s; /v1/chat/completions uses the default "
+                 "plain format (System:/User:/Assistant:)\n",
+                 model_dir.c_str());
+  }
   ServedModel served{name, static_cast<int>(engine.max_model_len()), 64,
                      static_cast<int64_t>(std::time(nullptr))};
-  OpenAiApi api(served, engine.tokenizer(), chat.ok() ? *chat : ChatTemplate());
+  OpenAiApi api(served, engine.tokenizer(), *chat);
   HttpServerOptions http;
   http.host = absl::GetFlag(FLAGS_host);
   http.port = absl::GetFlag(FLAGS_port);

@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace verdict::jinja {
@@ -223,6 +224,9 @@ class Parser {
       node->kind = name == "break" ? Node::Kind::kBreak : Node::Kind::kContinue;
       if (!ExpectBlockEnd()) return nullptr;
       return node;
+    }
+    if (absl::StartsWith(name, "end") || name == "else" || name == "elif") {
+      return Fail(line, absl::StrCat("unexpected '", name, "'"));
     }
     if (UnsupportedTags().contains(name)) {
       return Fail(line, absl::StrCat("unsupported tag '", name, "'"));
