@@ -8,6 +8,7 @@ Usage: jinja_parity_test.py JINJA_RENDER TEMPLATE.jinja...
 import datetime
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -133,6 +134,42 @@ SNIPPETS = [
     "{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}{{ m.role }} {% endfor %}",
     "{{ 'a' 'b' }} {{ \"x\\ty\" }} {{ '\\u00e9\\x41' }} {{ 1_000 }} {{ 1.5e3 }}",
     "{{ add_generation_prompt }} {{ tools }} {{ documents }} {{ bos_token }}",
+    "{%- for m in messages -%}\n\t  {%- if m.role == 'user' %}\n\t<u>{{ m.content }}</u>\n  {% elif m.role == 'assistant' -%}\n  <a>{{ m.content }}</a>\n{%- endif %}\n{% endfor %}",
+    'x  {%- if true %} y {% endif -%}  z\n  {%- for i in [1,2] +%}\n {{ i }}\n{%- endfor %}',
+    '\t\t{% if true %}\t\n\tA{% endif %}\n \t {# c #} \nB',
+    '{% macro inner(x) %}({{ x }}){% endmacro %}{% macro outer(xs) %}{% for x in xs %}{{ inner(x) }}{{ loop.index }}{% endfor %}{% endmacro %}{{ outer([1, 2]) }}{% for y in [3] %}{{ outer([y]) }}{% endfor %}',
+    '{% macro m() %}{% set leak = 1 %}{% endmacro %}{{ m() }}{{ leak is defined }}',
+    "{% for (k, v) in {'a': 1}.items() %}{{ k }}{{ v }}{% endfor %}{% for k, v in messages[0].items() if k == 'role' %}{{ v }}{% endfor %}",
+    "{{ messages | length - 1 }} {{ (messages | length) - 1 }} {{ messages|length > 1 and messages[0].role == 'system' }}",
+    "{{ messages[0] | tojson }} {{ messages | map(attribute='role') | list | tojson }} {{ {'u': '\\u2028\\x00\\x1f\\x7f'} | tojson }} {{ 1e-7 | tojson }} {{ 12345678901234 | tojson }} {{ -0.0 | tojson }}",
+    "{{ 'é' < 'z' }} {{ 'Z' < 'a' }} {{ 'ab' < 'abc' }} {{ (1, 2) < (1, 2, 0) }}",
+    "{% set user_messages = messages | selectattr('role', 'equalto', 'user') | list %}{% for m in messages %}{% if m == user_messages[-1] %}LAST{% endif %}{% endfor %}",
+    "{%- set ns = namespace(found=false) -%}{%- for m in messages -%}{%- if m['role'] == 'system' -%}{%- set ns.found = true -%}{%- endif -%}{%- endfor -%}{{ ns.found }}",
+    "{{ messages[1].get('missing', 'dflt') }} {{ messages[1].get('role') }} {{ messages[1].items() | list }} {{ messages[1].keys() | list }}",
+    "{{ '<｜User｜>' + messages[1]['content'] }} {{ '日本'[0] }} {{ '日本' | length }} {{ '日本' | reverse }}",
+    "{{ 'a\\nb\\n' | indent(3, first=true, blank=true) }}|{{ '\\nx' | indent }}|{{ 'x\\n\\ny' | indent(1) }}",
+    "{{ [3, 1, 2] | reverse | join }} {{ 'x' | first }} {{ '' | first }}| {{ [[1, 2]] | first | last }}",
+    '{% if messages %}{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}{% endif %}',
+    '{{ 10 // 3 * 3 + 10 % 3 }} {{ 2 * -1 }} {{ -(1 + 2) }} {{ +3 }} {{ 5 - -2 }} {{ 2.0 * 3 }} {{ 7 // 2.0 }} {{ -7.5 % 2 }} {{ 2 ** -1 }}',
+    '{{ true + 1 }} {{ true * 3 }} {{ 1 == true }} {{ none == false }} {{ [] == [] }} {{ {} == {} }}',
+    '{{ loop }}|{% for i in [1] %}{{ loop.depth }}{{ loop.depth0 }}{% endfor %}',
+    "{% set a = [1, 2, 3] %}{{ a[1:2] }} {{ a[:-1] }} {{ a[5:] }} {{ a[-10:2] }} {{ a[::2] }} {{ a[2:0:-1] }} {{ 'abcdef'[-2:] }} {{ 'abcdef'[1:-1:2] }}",
+    '{% filter replace(\'a\', \'b\') %}banana{% endfilter %} {% filter tojson %}q"{% endfilter %}',
+    "{{ 'Hello' ~ ' ' ~ messages|length ~ '!' }} {{ 'a' 'b' ~ 'c' }}",
+    '{% set x %}\n  line\n{% endset %}[{{ x }}]',
+    "{{ '   ' | trim | length }} {{ 'xxaxx' | trim('x') }} {{ '\\u00a0a\\u00a0' | trim }}",
+    "{% for m in messages %}{{ loop.index0 % 2 == 0 }}{{ (m.role == 'user') != (loop.index0 % 2 == 0) }} {% endfor %}",
+    "{{ 'abc' is in ['abc'] }} {{ none is not defined }} {{ nothing is not none }} {{ not nothing is defined }}",
+    "{{ messages[0].content is string and messages[0].content.startswith('  ') }} {{ messages[0]['content'].strip() }}",
+    '{{ range(2, 10, 3) | list }} {{ range(5, 0, -2) | list }} {{ range(0) | list }}',
+    "{% macro kw(a, b) %}{{ a }}-{{ b }}{% endmacro %}{{ kw(b=1, a=2) }} {{ kw('x') }}",
+    "{%- if add_generation_prompt -%}\n    {{- '<|assistant|>\\n' -}}\n{%- endif -%}\n",
+    "{{ messages | selectattr('role', 'in', ['user', 'system']) | map(attribute='role') | join(',') }} {{ messages | map(attribute='nope', default='d') | join }}",
+    "{{ messages | selectattr('role', '==', 'user') | list | length }} {{ [1, 5, 3] | select('>', 2) | list }} {{ [1, 2] | reject('==', 1) | list }}",
+    "{{ 'a b c'.split(none, 1) }} {{ ''.split() }} {{ ''.split(',') }} {{ 'a,'.split(',') }} {{ '  a  b  '.split(' ') }}",
+    "{{ 'Hello World Foo'.title() }} {{ 'hello-world foo_bar'.title() }} {{ 'HELLO' | title }} {{ 'o\\'neil' | title }}",
+    "{{ 3 | float }} {{ '3.0' | int }} {{ '1e3' | float }} {{ 'nan' | float }} {{ '-0' | int }} {{ '+5' | int }} {{ '1_000' | int }}",
+    "{{ -2 | abs }} {{ -2.5 | abs }} {{ 'AbC' | lower }} {{ 'AbC' | upper }} {{ none | lower }}",
 ]
 
 
@@ -143,6 +180,48 @@ REFUSED = [
     "{{ [1, 2] | map('string') }}",
     "{{ '%d' % 3 }}",
 ]
+
+
+
+def whitespace_templates(count, seed=20261202):
+    """Random mixes of text, newlines and indents with block, variable and
+    comment tags under every whitespace modifier: the rules (trim_blocks,
+    lstrip_blocks, '-', '+', the final newline) interact in ways no list of
+    hand-written cases covers. The seed fixes them."""
+    rng = random.Random(seed)
+    texts = ["", "a", " ", "  ", "\t", "\n", "\n\n", " \n", "\n  ", "\t\n\t", "b \n  c"]
+
+    def opener(name):
+        return "{%" + rng.choice(["", "-", "+"]) + " " + name + " " + rng.choice(["", "-", "+"]) + "%}"
+
+    def piece(depth):
+        r = rng.random()
+        if depth < 3 and r < 0.25:
+            cond = rng.choice(["true", "false", "messages"])
+            inner = "".join(piece(depth + 1) for _ in range(rng.randint(0, 3)))
+            other = ""
+            if rng.random() < 0.4:
+                other = opener("else") + "".join(piece(depth + 1) for _ in range(rng.randint(0, 2)))
+            return opener("if " + cond) + inner + other + opener("endif")
+        if depth < 2 and r < 0.35:
+            inner = "".join(piece(depth + 1) for _ in range(rng.randint(0, 3)))
+            return opener("for i in [1, 2]") + inner + opener("endfor")
+        if r < 0.5:
+            return "{{" + rng.choice(["", "-"]) + " " + rng.choice(["'x'", "i", "'\\n'"]) + " " + rng.choice(["", "-"]) + "}}"
+        if r < 0.58:
+            return "{#" + rng.choice(["", "-", "+"]) + " c " + rng.choice(["", "-", "+"]) + "#}"
+        if r < 0.62:
+            # jinja2 reads `raw +%}` as an unknown tag "raw": no '+' there.
+            raw = "{%" + rng.choice(["", "-", "+"]) + " raw " + rng.choice(["", "-"]) + "%}"
+            return raw + rng.choice(texts) + "{{ y }}" + rng.choice(texts) + opener("endraw")
+        if r < 0.66:
+            return opener("set v = 1")
+        return rng.choice(texts)
+
+    return ["".join(piece(0) for _ in range(rng.randint(1, 8))) for _ in range(count)]
+
+
+WHITESPACE = whitespace_templates(400)
 
 
 def make_environment():
@@ -193,6 +272,9 @@ def cases(templates):
     for i, source in enumerate(SNIPPETS):
         yield "snippets", f"snippet {i}: {source!r}", source, context_for(
             CONVERSATIONS["multi_turn"], True, {})
+    for i, source in enumerate(WHITESPACE):
+        yield "whitespace", f"whitespace {i}: {source!r}", source, context_for(
+            CONVERSATIONS["user_only"], True, {})
     for i, source in enumerate(REFUSED):
         yield "refused", f"refused {i}: {source!r}", source, context_for(
             CONVERSATIONS["multi_turn"], True, {})
@@ -245,7 +327,8 @@ def main():
     for name, (count, bad) in per_template.items():
         print(f"{name}: {count} renderings, {bad} mismatches")
     print(f"parity: {len(templates)} templates x {len(CONVERSATIONS)} conversations x 2 "
-          f"add_generation_prompt x 4 extras + {len(SNIPPETS)} snippets + {len(REFUSED)} refused "
+          f"add_generation_prompt x 4 extras + {len(SNIPPETS)} snippets + {len(WHITESPACE)} "
+          f"whitespace mixes + {len(REFUSED)} refused "
           f"= {len(all_cases)} "
           f"comparisons ({rendered} texts, {errors} errors on both sides), {mismatches} mismatches")
     return 1 if mismatches else 0
