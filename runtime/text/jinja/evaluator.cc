@@ -47,29 +47,93 @@ class Scope {
 };
 using ScopePtr = std::shared_ptr<Scope>;
 
-// Python's str.upper() / lower() on ASCII letters; other code points pass
-// through unchanged.
-std::string Upper(absl::string_view s) { return absl::AsciiStrToUpper(s); }
-std::string Lower(absl::string_view s) { return absl::AsciiStrToLower(s); }
+// Python's case mappings for the scripts chat text commonly holds (ASCII,
+// Latin-1, Latin Extended-A, Greek, Cyrillic); other code points have no
+// case here. One-to-many mappings (German sharp s) are not applied.
+uint32_t UpperCodePoint(uint32_t cp) {
+  if (cp >= 'a' && cp <= 'z') return cp - 0x20;
+  if (cp < 0x80) return cp;
+  if (cp == 0xb5) return 0x39c;
+  if ((cp >= 0xe0 && cp <= 0xfe && cp != 0xf7)) return cp - 0x20;
+  if (cp == 0xff) return 0x178;
+  if ((cp >= 0x100 && cp <= 0x137) || (cp >= 0x14a && cp <= 0x177)) return cp & ~1u;
+  if ((cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17e)) {
+    return cp % 2 == 0 ? cp - 1 : cp;
+  }
+  if (cp == 0x3c2) return 0x3a3;
+  if (cp >= 0x3b1 && cp <= 0x3c9) return cp - 0x20;
+  if (cp == 0x3ac) return 0x386;  // Greek letters with tonos
+  if (cp >= 0x3ad && cp <= 0x3af) return cp - 0x25;
+  if (cp == 0x3cc) return 0x38c;
+  if (cp == 0x3cd || cp == 0x3ce) return cp - 0x3f;
+  if (cp >= 0x430 && cp <= 0x44f) return cp - 0x20;
+  if (cp >= 0x450 && cp <= 0x45f) return cp - 0x50;
+  return cp;
+}
 
-std::string Capitalize(absl::string_view s) {
-  std::string out = Lower(s);
-  if (!out.empty()) out[0] = absl::ascii_toupper(out[0]);
+uint32_t LowerCodePoint(uint32_t cp) {
+  if (cp >= 'A' && cp <= 'Z') return cp + 0x20;
+  if (cp < 0x80) return cp;
+  if (cp >= 0xc0 && cp <= 0xde && cp != 0xd7) return cp + 0x20;
+  if (cp == 0x178) return 0xff;
+  if (cp == 0x130) return cp;  // İ lowers to two code points in Python
+  if ((cp >= 0x100 && cp <= 0x137) || (cp >= 0x14a && cp <= 0x177)) return cp | 1u;
+  if ((cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17e)) {
+    return cp % 2 == 1 ? cp + 1 : cp;
+  }
+  if (cp >= 0x391 && cp <= 0x3a9 && cp != 0x3a2) return cp + 0x20;
+  if (cp == 0x386) return 0x3ac;
+  if (cp >= 0x388 && cp <= 0x38a) return cp + 0x25;
+  if (cp == 0x38c) return 0x3cc;
+  if (cp == 0x38e || cp == 0x38f) return cp + 0x3f;
+  if (cp >= 0x410 && cp <= 0x42f) return cp + 0x20;
+  if (cp >= 0x400 && cp <= 0x40f) return cp + 0x50;
+  return cp;
+}
+
+bool IsCased(uint32_t cp) {
+  return UpperCodePoint(cp) != cp || LowerCodePoint(cp) != cp || cp == 0xdf || cp == 0x131 ||
+         cp == 0x138 || cp == 0x149;
+}
+
+template <typename Map>
+std::string MapCodePoints(absl::string_view s, Map map) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    uint32_t cp = DecodeUtf8(s, &pos);
+    AppendUtf8(map(cp), &out);
+  }
   return out;
 }
 
-// Python's str.title(): a letter after a letter is lowered, any other
-// letter raised.
+std::string Upper(absl::string_view s) { return MapCodePoints(s, UpperCodePoint); }
+std::string Lower(absl::string_view s) { return MapCodePoints(s, LowerCodePoint); }
+
+// Python's str.capitalize(): the first code point raised, the rest lowered.
+std::string Capitalize(absl::string_view s) {
+  std::string out;
+  size_t pos = 0;
+  bool first = true;
+  while (pos < s.size()) {
+    uint32_t cp = DecodeUtf8(s, &pos);
+    AppendUtf8(first ? UpperCodePoint(cp) : LowerCodePoint(cp), &out);
+    first = false;
+  }
+  return out;
+}
+
+// Python's str.title(): a cased letter after a cased letter is lowered, any
+// other raised.
 std::string PythonTitle(absl::string_view s) {
-  std::string out(s);
+  std::string out;
+  size_t pos = 0;
   bool previous_cased = false;
-  for (char& c : out) {
-    if (absl::ascii_isalpha(c)) {
-      c = previous_cased ? absl::ascii_tolower(c) : absl::ascii_toupper(c);
-      previous_cased = true;
-    } else {
-      previous_cased = static_cast<unsigned char>(c) >= 0x80 && previous_cased;
-    }
+  while (pos < s.size()) {
+    uint32_t cp = DecodeUtf8(s, &pos);
+    const bool cased = IsCased(cp);
+    AppendUtf8(cased ? (previous_cased ? LowerCodePoint(cp) : UpperCodePoint(cp)) : cp, &out);
+    previous_cased = cased;
   }
   return out;
 }
@@ -253,6 +317,13 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
       }
       return false;
     case Value::Kind::kDict:
+      if (item.is_list() && item.flavor() != Value::ListFlavor::kGenerator &&
+          item.flavor() != Value::ListFlavor::kTuple) {
+        return absl::InvalidArgumentError("unhashable type: 'list'");
+      }
+      if (item.is_dict() || item.kind() == Value::Kind::kNamespace) {
+        return absl::InvalidArgumentError(absl::StrCat("unhashable type: '", item.TypeName(), "'"));
+      }
       return container.dict().Find(item) != nullptr;
     case Value::Kind::kUndefined:
       return false;
@@ -766,27 +837,34 @@ class Renderer {
     return Value::Undefined();
   }
 
+  // jinja2 compiles a slice to Python's own subscript (not its forgiving
+  // getitem), so slicing what is not a list, tuple or string is an error.
   absl::StatusOr<Value> EvalSlice(const Expr& e, const ScopePtr& scope) {
     absl::StatusOr<Value> subject = Eval(*e.args[0], scope);
     if (!subject.ok()) return subject.status();
-    if (subject->is_undefined()) return Undefined(e, *subject);
     std::optional<int64_t> bounds[3];
+    bool integers = true;
     for (int i = 0; i < 3; ++i) {
       if (e.args[i + 1] == nullptr) continue;
       absl::StatusOr<Value> b = Eval(*e.args[i + 1], scope);
       if (!b.ok()) return b.status();
       if (b->is_none()) continue;
-      if (!IsIntLike(*b)) {
-        return LineError(e.line, "slice indices must be integers or None");
+      if (IsIntLike(*b)) {
+        bounds[i] = b->as_int();
+      } else {
+        integers = false;
       }
-      bounds[i] = b->as_int();
     }
-    const int64_t step = bounds[2].value_or(1);
-    if (step == 0) return LineError(e.line, "slice step cannot be zero");
+    if (subject->is_undefined()) return Undefined(e, *subject);
     const bool is_string = subject->is_string();
-    if (!is_string && !(subject->is_list() && subject->flavor() != Value::ListFlavor::kGenerator)) {
+    const bool is_sequence =
+        is_string || (subject->is_list() && subject->flavor() != Value::ListFlavor::kGenerator);
+    if (!is_sequence) {
       return LineError(e.line, absl::StrCat("'", subject->TypeName(), "' object is not subscriptable"));
     }
+    if (!integers) return LineError(e.line, "slice indices must be integers or None");
+    const int64_t step = bounds[2].value_or(1);
+    if (step == 0) return LineError(e.line, "slice step cannot be zero");
     Items items = is_string ? *Iterate(*subject) : subject->items();
     std::vector<size_t> picked =
         SliceIndices(static_cast<int64_t>(items.size()), bounds[0], bounds[1], step);
@@ -822,6 +900,12 @@ class Renderer {
     absl::StatusOr<Value> right = Eval(*e.args[1], scope);
     if (!right.ok()) return right.status();
     if (e.name == "~") return Value(left->Str() + right->Str());
+    if (e.name == "%" && left->is_string()) {
+      // Python formats with any right operand, undefined included.
+      absl::StatusOr<Value> v = PercentFormat(left->as_string(), *right);
+      if (!v.ok()) return LineError(e.line, v.status().message());
+      return v;
+    }
     if (left->is_undefined()) return Undefined(e, *left);
     if (right->is_undefined()) return Undefined(e, *right);
     absl::StatusOr<Value> v = Arithmetic(e.name, *left, *right);
@@ -847,10 +931,19 @@ class Renderer {
           return Value(op == "//" ? FloorDiv(a.as_int(), b.as_int())
                                   : FloorMod(a.as_int(), b.as_int()));
         }
-        if (op == "//") return Value(std::floor(x / y));
+        // Python's float divmod: floor division from fmod, so that
+        // 1000 // 0.1 is 9999.0 as in Python, not floor(1000 / 0.1).
         double m = std::fmod(x, y);
-        if (m != 0 && ((m < 0) != (y < 0))) m += y;
-        return Value(m);
+        double div = (x - m) / y;
+        if (m != 0 && ((y < 0) != (m < 0))) {
+          m += y;
+          div -= 1.0;
+        }
+        if (op == "%") return Value(m != 0 ? m : std::copysign(0.0, y));
+        if (div == 0) return Value(std::copysign(0.0, x / y));
+        double floor_div = std::floor(div);
+        if (div - floor_div > 0.5) floor_div += 1.0;
+        return Value(floor_div);
       }
       if (op == "**") {
         if (ints && b.as_int() >= 0) {
@@ -870,11 +963,59 @@ class Renderer {
     }
     if (op == "*" && (a.is_string() || a.is_list()) && IsIntLike(b)) return Repeat(a, b.as_int());
     if (op == "*" && (b.is_string() || b.is_list()) && IsIntLike(a)) return Repeat(b, a.as_int());
-    if (op == "%" && a.is_string()) {
-      return absl::InvalidArgumentError("printf-style string formatting is not supported");
-    }
+    if (op == "%" && a.is_string()) return PercentFormat(a.as_string(), b);
     return absl::InvalidArgumentError(absl::StrCat("unsupported operand type(s) for ", op, ": '",
                                                    a.TypeName(), "' and '", b.TypeName(), "'"));
+  }
+
+  // Python's `format % args` for the conversions templates use: %s, %r, %d,
+  // %i and %%. A tuple gives the arguments; any other value is the one
+  // argument, and a dict or list (which Python treats as a mapping) may go
+  // unused. Other conversions, flags and widths are refused.
+  static absl::StatusOr<Value> PercentFormat(const std::string& format, const Value& args) {
+    const bool tuple = args.is_list() && args.flavor() == Value::ListFlavor::kTuple;
+    const Items positional = tuple ? args.items() : Items{args};
+    // jinja2's Undefined has __getitem__, so Python treats it as a mapping too.
+    const bool mapping_like = !tuple && (args.is_dict() || args.is_list() || args.is_undefined());
+    size_t next = 0;
+    std::string out;
+    for (size_t i = 0; i < format.size(); ++i) {
+      if (format[i] != '%') {
+        out += format[i];
+        continue;
+      }
+      if (i + 1 >= format.size()) return absl::InvalidArgumentError("incomplete format");
+      const char conversion = format[++i];
+      if (conversion == '%') {
+        out += '%';
+        continue;
+      }
+      if (conversion != 's' && conversion != 'r' && conversion != 'd' && conversion != 'i') {
+        return absl::InvalidArgumentError(
+            absl::StrCat("unsupported format conversion '%", std::string(1, conversion), "'"));
+      }
+      if (next >= positional.size()) {
+        return absl::InvalidArgumentError("not enough arguments for format string");
+      }
+      const Value& v = positional[next++];
+      if (conversion == 's') {
+        out += v.Str();
+      } else if (conversion == 'r') {
+        out += v.Repr();
+      } else if (IsIntLike(v)) {
+        out += std::to_string(v.as_int());
+      } else if (v.kind() == Value::Kind::kFloat && std::isfinite(v.as_double())) {
+        out += std::to_string(static_cast<int64_t>(v.as_double()));
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "%", std::string(1, conversion), " format: a real number is required, not ",
+            v.TypeName()));
+      }
+    }
+    if (next < positional.size() && !(mapping_like && next == 0)) {
+      return absl::InvalidArgumentError("not all arguments converted during string formatting");
+    }
+    return Value(std::move(out));
   }
 
   static Value Repeat(const Value& v, int64_t times) {
@@ -1189,6 +1330,7 @@ class Renderer {
   static absl::StatusOr<Value> IntFilter(const Value& v, const CallArgs& call) {
     Args args(call, {"default", "base"}, "int");
     if (absl::Status st = args.Check(); !st.ok()) return st;
+    if (v.is_undefined()) return absl::InvalidArgumentError("value is undefined");
     Value fallback = args.Has(0) ? args.Get(0) : Value(0);
     if (IsIntLike(v)) return Value(v.as_int());
     if (v.kind() == Value::Kind::kFloat) return Value(static_cast<int64_t>(v.as_double()));
@@ -1213,6 +1355,7 @@ class Renderer {
   static absl::StatusOr<Value> FloatFilter(const Value& v, const CallArgs& call) {
     Args args(call, {"default"}, "float");
     if (absl::Status st = args.Check(); !st.ok()) return st;
+    if (v.is_undefined()) return absl::InvalidArgumentError("value is undefined");
     if (v.is_number()) return Value(v.as_double());
     if (v.is_string()) {
       std::string s = PythonStrip(v.as_string(), true, true);
@@ -1234,9 +1377,13 @@ class Renderer {
     } else {
       indention.assign(IsIntLike(width) ? static_cast<size_t>(std::max<int64_t>(0, width.as_int())) : 4, ' ');
     }
+    if (!v.is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unsupported operand type(s) for +=: '", v.TypeName(), "' and 'str'"));
+    }
     // jinja2 appends a newline, then splits lines, so a final line break
     // does not leave an indented empty line.
-    std::string s = v.Str() + "\n";
+    std::string s = v.as_string() + "\n";
     std::vector<std::string> lines;
     size_t start = 0;
     for (size_t i = 0; i < s.size(); ++i) {
@@ -1288,7 +1435,8 @@ class Renderer {
   }
 
   absl::StatusOr<Value> MapFilter(const Value& v, const CallArgs& call) {
-    absl::StatusOr<Items> items = Iterate(v);
+    // jinja2 iterates only a truthy value: map of 0 or none is empty.
+    absl::StatusOr<Items> items = v.Truthy() ? Iterate(v) : Items();
     if (!items.ok()) return items.status();
     Items out;
     bool by_attribute = false;
@@ -1329,7 +1477,8 @@ class Renderer {
   // select / reject (by_attribute false) and selectattr / rejectattr.
   absl::StatusOr<Value> SelectFilter(const Value& v, const CallArgs& call, bool keep_matches,
                                      bool by_attribute) {
-    absl::StatusOr<Items> items = Iterate(v);
+    // jinja2 iterates only a truthy value: select of 0 or none is empty.
+    absl::StatusOr<Items> items = v.Truthy() ? Iterate(v) : Items();
     if (!items.ok()) return items.status();
     size_t next = 0;
     Value attribute;
@@ -1385,7 +1534,8 @@ class Renderer {
     if (name == "boolean") return k == Value::Kind::kBool;
     if (name == "true") return k == Value::Kind::kBool && v.as_bool();
     if (name == "false") return k == Value::Kind::kBool && !v.as_bool();
-    if (name == "callable") return k == Value::Kind::kFunction;
+    // jinja2's Undefined defines __call__ (to raise), so it counts as callable.
+    if (name == "callable") return k == Value::Kind::kFunction || k == Value::Kind::kUndefined;
     if (name == "equalto" || name == "eq" || name == "==") return Equals(v, arg(0));
     if (name == "ne" || name == "!=") return !Equals(v, arg(0));
     if (name == "lt" || name == "<") return Compare("<", v, arg(0));
@@ -1401,22 +1551,24 @@ class Renderer {
       return false;
     }
     if (name == "odd" || name == "even" || name == "divisibleby") {
-      if (!IsIntLike(v)) return absl::InvalidArgumentError("expects an integer");
-      if (name == "odd") return FloorMod(v.as_int(), 2) == 1;
-      if (name == "even") return FloorMod(v.as_int(), 2) == 0;
-      if (!IsIntLike(arg(0)) || arg(0).as_int() == 0) {
-        return absl::InvalidArgumentError("divisibleby expects a non-zero integer");
-      }
-      return FloorMod(v.as_int(), arg(0).as_int()) == 0;
+      // value % n == r with Python's arithmetic, floats included.
+      if (!v.is_number()) return absl::InvalidArgumentError("expects a number");
+      const Value divisor = name == "divisibleby" ? arg(0) : Value(2);
+      absl::StatusOr<Value> rest = Arithmetic("%", v, divisor);
+      if (!rest.ok()) return rest.status();
+      return Equals(*rest, Value(name == "odd" ? 1 : 0));
     }
     if (name == "lower" || name == "upper") {
+      // str.islower() / isupper(): some cased letter, and none of the other case.
       const std::string s = v.Str();
       bool cased = false;
-      for (char c : s) {
-        if (absl::ascii_isalpha(c)) {
-          cased = true;
-          if (name == "lower" ? absl::ascii_isupper(c) : absl::ascii_islower(c)) return false;
-        }
+      size_t pos = 0;
+      while (pos < s.size()) {
+        uint32_t cp = DecodeUtf8(s, &pos);
+        if (!IsCased(cp)) continue;
+        cased = true;
+        const bool is_lower = UpperCodePoint(cp) != cp || cp == 0xdf;
+        if (name == "lower" ? !is_lower : is_lower) return false;
       }
       return cased;
     }

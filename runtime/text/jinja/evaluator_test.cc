@@ -97,7 +97,24 @@ TEST(EvaluatorTest, Operators) {
   EXPECT_THAT(Render("{{ 1 / 0 }}"), HasSubstr("division by zero"));
 }
 
+TEST(EvaluatorTest, PythonArithmeticCorners) {
+  EXPECT_EQ(Render("{{ 1000 // 0.1 }} {{ -7.5 % 2 }} {{ 7 % -3 }} {{ 2 ** -1 }} {{ true + 1 }}"),
+            "9999.0 0.5 -2 0.5 2");
+  EXPECT_EQ(Render("{{ '%s=%d%%' % ('n', 2.7) }} {{ '%r' % 'q' }} {{ 'plain' % {} }}"),
+            "n=2% 'q' plain");
+  EXPECT_THAT(Render("{{ '%s %s' % ('one',) }}"), HasSubstr("not enough arguments"));
+  EXPECT_THAT(Render("{{ 'x' % 5 }}"), HasSubstr("not all arguments converted"));
+  EXPECT_THAT(Render("{{ '%5.1f' % 5 }}"), HasSubstr("unsupported format"));
+}
+
+TEST(EvaluatorTest, CaseMappingBeyondAscii) {
+  EXPECT_EQ(Render("{{ 'Été Ωμέγα Дом' | upper }}"), "ÉTÉ ΩΜΈΓΑ ДОМ");
+  EXPECT_EQ(Render("{{ 'ÉCOLE' | lower }} {{ 'émile zola' | title }} {{ 'é日x'.title() }}"),
+            "école Émile Zola É日X");
+}
+
 TEST(EvaluatorTest, Slicing) {
+  EXPECT_THAT(Render("{{ (1 if x is undefined else 2)[1:] }}"), HasSubstr("not subscriptable"));
   EXPECT_EQ(Render("{{ [1, 2, 3, 4][1:3] }} {{ [1, 2, 3][::-1] }} {{ 'h\xc3\xa9llo'[1:3] }} "
                    "{{ [1, 2, 3][-1] }}"),
             "[2, 3] [3, 2, 1] \xc3\xa9l 3");
@@ -151,6 +168,9 @@ TEST(EvaluatorTest, Tests) {
   EXPECT_EQ(Render("{{ 2 is equalto 2 }} {{ 3 is odd }} {{ 4 is even }} {{ 9 is divisibleby 3 }}"
                    " {{ false is false }} {{ 1 is number }}"),
             "True True True True True True");
+  // jinja2's undefined is callable (calling it raises).
+  EXPECT_EQ(Render("{{ x is callable }} {{ range is callable }} {{ 1 is callable }}"),
+            "True True False");
 }
 
 TEST(EvaluatorTest, GlobalsFromTransformers) {

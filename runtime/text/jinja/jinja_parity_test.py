@@ -5,6 +5,7 @@ apply_chat_template configures it, and with verdict's interpreter
 Usage: jinja_parity_test.py JINJA_RENDER TEMPLATE.jinja...
 """
 
+import copy
 import datetime
 import json
 import os
@@ -132,6 +133,9 @@ SNIPPETS = [
     "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% else %}{% set loop_messages = messages %}{% endif %}{% for m in loop_messages %}{{ m.role[0] }}{% endfor %}",
     "{{ messages[-1].content.split(' ')[-1] }} {{ messages[-1]['content'][:-1] }} {{ messages | length > 2 }} {{ messages[0].role in ['system', 'developer'] }}",
     "{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}{{ m.role }} {% endfor %}",
+    "{{ '%s and %d%%' % ('x', 2.7) }} {{ '%r' % 'q' }} {{ '%s' % [1] }} {{ '' % {} }} {{ 'n=%i' % true }}",
+    "{{ '%s %s' % ('one',) }}",
+    "{{ '' % 5 }}",
     "{{ 'a' 'b' }} {{ \"x\\ty\" }} {{ '\\u00e9\\x41' }} {{ 1_000 }} {{ 1.5e3 }}",
     "{{ add_generation_prompt }} {{ tools }} {{ documents }} {{ bos_token }}",
     "{%- for m in messages -%}\n\t  {%- if m.role == 'user' %}\n\t<u>{{ m.content }}</u>\n  {% elif m.role == 'assistant' -%}\n  <a>{{ m.content }}</a>\n{%- endif %}\n{% endfor %}",
@@ -167,6 +171,7 @@ SNIPPETS = [
     "{{ messages | selectattr('role', 'in', ['user', 'system']) | map(attribute='role') | join(',') }} {{ messages | map(attribute='nope', default='d') | join }}",
     "{{ messages | selectattr('role', '==', 'user') | list | length }} {{ [1, 5, 3] | select('>', 2) | list }} {{ [1, 2] | reject('==', 1) | list }}",
     "{{ 'a b c'.split(none, 1) }} {{ ''.split() }} {{ ''.split(',') }} {{ 'a,'.split(',') }} {{ '  a  b  '.split(' ') }}",
+    "{{ 'ÉCOLE été Ωμέγα ДОМ дом ĳ' | lower }} {{ 'école été ωμέγα дом ς' | upper }} {{ 'émile zola' | title }} {{ 'émile ZOLA'.title() }} {{ 'éA' | capitalize }} {{ 'é' is lower }} {{ 'É日' is upper }} {{ '日' is lower }}",
     "{{ 'Hello World Foo'.title() }} {{ 'hello-world foo_bar'.title() }} {{ 'HELLO' | title }} {{ 'o\\'neil' | title }}",
     "{{ 3 | float }} {{ '3.0' | int }} {{ '1e3' | float }} {{ 'nan' | float }} {{ '-0' | int }} {{ '+5' | int }} {{ '1_000' | int }}",
     "{{ -2 | abs }} {{ -2.5 | abs }} {{ 'AbC' | lower }} {{ 'AbC' | upper }} {{ none | lower }}",
@@ -175,10 +180,11 @@ SNIPPETS = [
 
 # What jinja2 renders but verdict refuses, by design, with an error rather
 # than different text: a generator's repr holds a memory address, and
-# printf-style formatting is not implemented.
+# printf-style formatting beyond %s, %r, %d and %i is not implemented.
 REFUSED = [
     "{{ [1, 2] | map('string') }}",
-    "{{ '%d' % 3 }}",
+    "{{ '%5.2f' % 3 }}",
+    "{{ '%(k)s' % {'k': 1} }}",
 ]
 
 
@@ -222,6 +228,56 @@ def whitespace_templates(count, seed=20261202):
 
 
 WHITESPACE = whitespace_templates(400)
+
+
+def expression_templates(count, seed=20261203):
+    """Random expressions over literals, the conversation and an undefined
+    name, through operators, filters, tests, slices and methods: Python's
+    arithmetic, comparisons, str() and repr() must agree everywhere, errors
+    included. The seed fixes them."""
+    rng = random.Random(seed)
+    atoms = ["0", "1", "-3", "7", "2.5", "0.1", "1e3", "'ab'", "'Ab c'", "''", "' x '", "'é日'",
+             "none", "true", "false", "[1, 2]", "['a', 'b']", "[]", "{'k': 1, 'j': 'v'}", "(1, 'a')",
+             "messages", "messages[0]", "messages[1].content", "messages[-1]['role']", "x"]
+    binary = ["+", "-", "*", "/", "//", "%", "~", "and", "or", "==", "!=", "<", ">=", "in", "not in"]
+    filters = ["length", "string", "first", "last", "list", "trim", "upper", "lower", "int",
+               "float", "default('d')", "default('d', true)", "tojson", "join(',')",
+               "reverse | list", "title", "capitalize", "abs", "items | list", "count",
+               "map('string') | list", "select | list", "reject | list", "replace('a', 'X')",
+               "indent(2)", "tojson(sort_keys=true)"]
+    tests = ["defined", "undefined", "none", "string", "mapping", "iterable", "number", "integer",
+             "float", "boolean", "odd", "even", "sequence", "true", "false", "callable",
+             "divisibleby 2", "equalto 1", "in 'abc'", "lower", "upper"]
+    methods = ["upper()", "lower()", "strip()", "split()", "split('b')", "startswith('a')",
+               "endswith('c')", "replace('b', 'z')", "title()", "items() | list", "keys() | list",
+               "get('k')", "get('zz', 0)"]
+
+    def expr(depth):
+        r = rng.random()
+        if depth >= 3 or r < 0.25:
+            return rng.choice(atoms)
+        if r < 0.45:
+            return f"({expr(depth + 1)} {rng.choice(binary)} {expr(depth + 1)})"
+        if r < 0.6:
+            return f"({expr(depth + 1)} | {rng.choice(filters)})"
+        if r < 0.7:
+            return f"({expr(depth + 1)} is {rng.choice(['', 'not '])}{rng.choice(tests)})"
+        if r < 0.77:
+            return f"({expr(depth + 1)} if {expr(depth + 1)} else {expr(depth + 1)})"
+        if r < 0.84:
+            # A slice of a constant is folded by jinja2's optimizer through its
+            # forgiving getitem (undefined), unlike a slice at run time
+            # (Python's error); templates slice variables, so slice those.
+            subject = f"({expr(depth + 1)} if messages else none)"
+            return f"{subject}[{rng.choice(['0', '-1', '1:', ':1', '::-1', '1:3', '::2'])}]"
+        if r < 0.92:
+            return f"{expr(depth + 1)}.{rng.choice(methods)}"
+        return f"({rng.choice(['not ', '-'])}{expr(depth + 1)})"
+
+    return ["{{ " + expr(0) + " }}" for _ in range(count)]
+
+
+EXPRESSIONS = expression_templates(1500)
 
 
 def make_environment():
@@ -275,6 +331,9 @@ def cases(templates):
     for i, source in enumerate(WHITESPACE):
         yield "whitespace", f"whitespace {i}: {source!r}", source, context_for(
             CONVERSATIONS["user_only"], True, {})
+    for i, source in enumerate(EXPRESSIONS):
+        yield "expressions", f"expression {i}: {source!r}", source, context_for(
+            CONVERSATIONS["multi_turn"], True, {})
     for i, source in enumerate(REFUSED):
         yield "refused", f"refused {i}: {source!r}", source, context_for(
             CONVERSATIONS["multi_turn"], True, {})
@@ -282,7 +341,9 @@ def cases(templates):
 
 def render_reference(env, source, context):
     try:
-        return {"text": env.from_string(source).render(**context)}
+        # A copy: jinja2 can mutate the caller's lists (indent's `s += "\n"` on
+        # a list extends it), which would leak into later cases.
+        return {"text": env.from_string(source).render(**copy.deepcopy(context))}
     except Exception as e:  # every jinja2 failure must be a failure of ours too
         return {"error": f"{type(e).__name__}: {e}"}
 
@@ -328,7 +389,7 @@ def main():
         print(f"{name}: {count} renderings, {bad} mismatches")
     print(f"parity: {len(templates)} templates x {len(CONVERSATIONS)} conversations x 2 "
           f"add_generation_prompt x 4 extras + {len(SNIPPETS)} snippets + {len(WHITESPACE)} "
-          f"whitespace mixes + {len(REFUSED)} refused "
+          f"whitespace mixes + {len(EXPRESSIONS)} expressions + {len(REFUSED)} refused "
           f"= {len(all_cases)} "
           f"comparisons ({rendered} texts, {errors} errors on both sides), {mismatches} mismatches")
     return 1 if mismatches else 0
