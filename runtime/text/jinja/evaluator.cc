@@ -451,8 +451,13 @@ class Renderer {
         return Assign(*node.target, *std::move(v), scope);
       }
       case Node::Kind::kSetBlock: {
+        // The body is a scope of its own: what it sets stays inside.
         std::string text;
-        if (absl::Status s = RenderBody(node.body, scope, &text); !s.ok()) return s;
+        if (absl::Status s = RenderBody(node.body, std::make_shared<Scope>(scope), &text); !s.ok()) {
+          return s;
+        }
+        // A break or continue inside leaves before the assignment, as in jinja2.
+        if (flow_ != Flow::kNormal) return absl::OkStatus();
         absl::StatusOr<Value> v = Value(std::move(text));
         if (node.filter != nullptr) v = EvalOnBlock(*node.filter, *v, scope);
         if (!v.ok()) return v.status();
@@ -465,7 +470,11 @@ class Renderer {
         return RenderCallBlock(node, scope, out);
       case Node::Kind::kFilterBlock: {
         std::string text;
-        if (absl::Status s = RenderBody(node.body, scope, &text); !s.ok()) return s;
+        if (absl::Status s = RenderBody(node.body, std::make_shared<Scope>(scope), &text); !s.ok()) {
+          return s;
+        }
+        // A break or continue inside leaves before the output, as in jinja2.
+        if (flow_ != Flow::kNormal) return absl::OkStatus();
         absl::StatusOr<Value> v = EvalOnBlock(*node.filter, Value(std::move(text)), scope);
         if (!v.ok()) return v.status();
         *out += v->Str();
@@ -537,21 +546,24 @@ class Renderer {
         if (keep->Truthy()) items.push_back(std::move(item));
       }
     }
-    if (items.empty()) return RenderBody(node.else_body, scope, out);
+    // jinja2 runs the else block unless some iteration reached the end of
+    // the body: not only for an empty loop, but also when every iteration
+    // ended in break or continue.
+    bool completed_an_iteration = false;
     const int64_t n = static_cast<int64_t>(items.size());
-    Value cycle_items;
     for (int64_t i = 0; i < n; ++i) {
       auto body_scope = std::make_shared<Scope>(scope);
       if (absl::Status s = Assign(*node.target, items[i], body_scope); !s.ok()) return s;
       body_scope->Set("loop", LoopValue(items, i));
       if (absl::Status s = RenderBody(node.body, body_scope, out); !s.ok()) return s;
-      if (flow_ == Flow::kBreak) {
-        flow_ = Flow::kNormal;
-        break;
-      }
+      const Flow flow = flow_;
       flow_ = Flow::kNormal;
+      if (flow == Flow::kNormal) completed_an_iteration = true;
+      if (flow == Flow::kBreak) break;
     }
-    return absl::OkStatus();
+    if (completed_an_iteration) return absl::OkStatus();
+    // The else block is inside the loop's scope too.
+    return RenderBody(node.else_body, std::make_shared<Scope>(scope), out);
   }
 
   static Value LoopValue(const Items& items, int64_t i) {

@@ -67,6 +67,22 @@ TEST(EvaluatorTest, ScopingAndNamespace) {
                    "{% endfor %}{{ ns.n }}"),
             "6");
   EXPECT_THAT(Render("{% set s = 'x' %}{% set s.a = 1 %}"), HasSubstr("non-namespace"));
+  // Set blocks, filter blocks and a loop's else are scopes too.
+  EXPECT_EQ(Render("{% set t %}{% set z = 1 %}{% endset %}{% filter upper %}{% set w = 2 %}"
+                   "{% endfilter %}{% for i in [] %}{% else %}{% set v = 3 %}{% endfor %}"
+                   "{{ z is defined }}{{ w is defined }}{{ v is defined }}"),
+            "FalseFalseFalse");
+}
+
+TEST(EvaluatorTest, LoopElseRunsUnlessAnIterationCompleted) {
+  // jinja2 marks the loop as having run at the end of the body, so a loop
+  // whose iterations all break or continue runs its else block too.
+  EXPECT_EQ(Render("{% for i in [1, 2] %}{% break %}{% else %}E{% endfor %}"), "E");
+  EXPECT_EQ(Render("{% for i in [1, 2] %}{% continue %}{% else %}E{% endfor %}"), "E");
+  EXPECT_EQ(Render("{% for i in [1, 2] %}{% if i == 2 %}{% break %}{% endif %}{% else %}E{% endfor %}"),
+            "");
+  // A break inside a filter block drops the block's output.
+  EXPECT_EQ(Render("{% for i in [1, 2] %}{% filter upper %}x{% break %}{% endfilter %}{% endfor %}"), "");
 }
 
 TEST(EvaluatorTest, MacrosCallAndFilterBlocks) {

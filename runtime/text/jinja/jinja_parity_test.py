@@ -280,6 +280,66 @@ def expression_templates(count, seed=20261203):
 EXPRESSIONS = expression_templates(1500)
 
 
+def statement_templates(count, seed=20261204):
+    """Random nestings of set, namespace assignment, for (with a filter and
+    else), if/elif/else, break/continue, macros, call blocks, set blocks and
+    filter blocks: which assignments are visible where (loops, macros and
+    blocks are scopes, `if` is not) and when a loop's else runs must agree.
+    The seed fixes them."""
+    rng = random.Random(seed)
+
+    def expr(in_loop):
+        choices = ["a", "b", "1", "'x'", "ns.n", "a ~ b", "(a is defined)", "undefined_v",
+                   "messages|length", "c"]
+        if in_loop:
+            choices += ["i", "loop.index", "loop.last", "loop.previtem", "i * 2"]
+        return rng.choice(choices)
+
+    def body(depth, in_loop, in_macro):
+        out = []
+        for _ in range(rng.randint(0, 3)):
+            r = rng.random()
+            if r < 0.2:
+                out.append(f"{{% set {rng.choice(['a', 'b'])} = {expr(in_loop)} %}}")
+            elif r < 0.3:
+                out.append("{% set ns.n = ns.n ~ '+' %}")
+            elif r < 0.45 and depth < 3:
+                condition = rng.choice(["", " if i != 2", " if a"])
+                otherwise = ""
+                if rng.random() < 0.3:
+                    otherwise = "{% else %}E" + body(depth + 1, in_loop, in_macro)
+                out.append(f"{{% for i in [1, 2, 3]{condition} %}}" +
+                           body(depth + 1, True, in_macro) + otherwise + "{% endfor %}")
+            elif r < 0.58 and depth < 3:
+                text = f"{{% if {expr(in_loop)} %}}" + body(depth + 1, in_loop, in_macro)
+                if rng.random() < 0.4:
+                    text += f"{{% elif {expr(in_loop)} %}}" + body(depth + 1, in_loop, in_macro)
+                if rng.random() < 0.4:
+                    text += "{% else %}" + body(depth + 1, in_loop, in_macro)
+                out.append(text + "{% endif %}")
+            elif r < 0.63 and in_loop:
+                out.append(rng.choice(["{% break %}", "{% continue %}"]))
+            elif r < 0.68 and not in_macro:
+                out.append(f"{{{{ m({expr(in_loop)}) }}}}")
+            elif r < 0.72 and depth < 2:
+                out.append("{% set c %}" + body(depth + 1, in_loop, in_macro) + "{% endset %}[{{ c }}]")
+            elif r < 0.75 and depth < 2:
+                out.append("{% filter upper %}" + body(depth + 1, in_loop, in_macro) + "{% endfilter %}")
+            elif r < 0.78 and depth < 2 and not in_macro:
+                out.append("{% call(z) w() %}<{{ z }}" + body(depth + 1, False, True) + ">{% endcall %}")
+            else:
+                out.append(f"{{{{ {expr(in_loop)} }}}}")
+        return "".join(out)
+
+    head = ("{% set ns = namespace(n='') %}{% macro m(p) %}(" + "{body}" + "{{ p }}){% endmacro %}"
+            "{% macro w() %}{{ caller(a) }}{{ caller(2) }}{% endmacro %}")
+    return [head.replace("{body}", body(1, False, True)) + body(0, False, False) +
+            "|{{ a }}|{{ b }}|{{ ns.n }}|{{ c }}" for _ in range(count)]
+
+
+STATEMENTS = statement_templates(600)
+
+
 def make_environment():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[loopcontrols])
@@ -334,6 +394,9 @@ def cases(templates):
     for i, source in enumerate(EXPRESSIONS):
         yield "expressions", f"expression {i}: {source!r}", source, context_for(
             CONVERSATIONS["multi_turn"], True, {})
+    for i, source in enumerate(STATEMENTS):
+        yield "statements", f"statement {i}: {source!r}", source, context_for(
+            CONVERSATIONS["system_user"], True, {})
     for i, source in enumerate(REFUSED):
         yield "refused", f"refused {i}: {source!r}", source, context_for(
             CONVERSATIONS["multi_turn"], True, {})
@@ -389,7 +452,8 @@ def main():
         print(f"{name}: {count} renderings, {bad} mismatches")
     print(f"parity: {len(templates)} templates x {len(CONVERSATIONS)} conversations x 2 "
           f"add_generation_prompt x 4 extras + {len(SNIPPETS)} snippets + {len(WHITESPACE)} "
-          f"whitespace mixes + {len(EXPRESSIONS)} expressions + {len(REFUSED)} refused "
+          f"whitespace mixes + {len(EXPRESSIONS)} expressions + {len(STATEMENTS)} statement "
+          f"nestings + {len(REFUSED)} refused "
           f"= {len(all_cases)} "
           f"comparisons ({rendered} texts, {errors} errors on both sides), {mismatches} mismatches")
     return 1 if mismatches else 0

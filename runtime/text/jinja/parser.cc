@@ -395,7 +395,10 @@ class Parser {
       return Fail(node->line, "expected a call after 'call'");
     }
     if (!ExpectBlockEnd()) return nullptr;
+    const int saved_depth = loop_depth_;
+    loop_depth_ = 0;  // the body is the caller function: no loop of its own
     node->body = ParseBody({"endcall"});
+    loop_depth_ = saved_depth;
     if (!EndTag("endcall")) return nullptr;
     return node;
   }

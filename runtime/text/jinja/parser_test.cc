@@ -103,6 +103,10 @@ TEST(ParserTest, SyntaxErrors) {
   EXPECT_THAT(ErrorOf("{% for x of y %}{% endfor %}"), HasSubstr("expected 'in'"));
   EXPECT_THAT(ErrorOf("{{ (1 }}"), HasSubstr("expected ')'"));
   EXPECT_THAT(ErrorOf("{% break %}"), HasSubstr("outside of a loop"));
+  // A call block's body is a function: the loop around it is not its loop.
+  EXPECT_THAT(ErrorOf("{% macro w() %}{{ caller() }}{% endmacro %}{% for i in [1] %}"
+                      "{% call w() %}{% continue %}{% endcall %}{% endfor %}"),
+              HasSubstr("outside of a loop"));
   EXPECT_THAT(ErrorOf("{{ }}"), HasSubstr("unexpected"));
 }
 
