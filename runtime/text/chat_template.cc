@@ -19,7 +19,7 @@ namespace {
 using json = nlohmann::json;
 
 // The template's own text when it is a string; the "default" entry of HF's
-// list-of-named-templates form; "" when there is none.
+// list-of-named-templates form; "" when there is none (null).
 absl::StatusOr<std::string> TemplateText(const json& value) {
   if (value.is_null()) return std::string();
   if (value.is_string()) return value.get<std::string>();
@@ -33,7 +33,10 @@ absl::StatusOr<std::string> TemplateText(const json& value) {
         return text->get<std::string>();
       }
     }
-    return std::string();
+    // transformers refuses a list without a default too; falling back to
+    // another format would hide the checkpoint's own.
+    return absl::InvalidArgumentError(
+        "tokenizer config: chat_template lists named templates but none named \"default\"");
   }
   return absl::InvalidArgumentError(
       "tokenizer config: chat_template must be a string or a list of {name, template}");

@@ -119,6 +119,11 @@ TEST(ChatTemplateTest, NamedTemplateListUsesDefaultEntry) {
   absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfig(config.dump());
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->format(), ChatFormat::kChatMl);
+  // Without a default entry there is no template to use: an error, not kPlain.
+  config = {{"chat_template", {{{"name", "tool_use"}, {"template", "<|im_start|>"}}}}};
+  t = ChatTemplate::FromTokenizerConfig(config.dump());
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("default"));
 }
 
 TEST(ChatTemplateTest, MissingTemplateIsBuiltInPlain) {
