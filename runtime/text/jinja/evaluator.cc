@@ -160,20 +160,30 @@ std::string JinjaTitle(absl::string_view s) {
 }
 
 std::string StripChars(absl::string_view s, absl::string_view chars, bool left, bool right) {
-  std::vector<std::string> cps = SplitCodePoints(s);
-  std::vector<std::string> set = SplitCodePoints(chars);
-  auto in_set = [&](const std::string& cp) { return std::find(set.begin(), set.end(), cp) != set.end(); };
+  std::vector<uint32_t> set;
+  for (size_t pos = 0; pos < chars.size();) set.push_back(DecodeUtf8(chars, &pos));
+  auto in_set = [&](uint32_t cp) { return std::find(set.begin(), set.end(), cp) != set.end(); };
+  // Scans from each end, so a long string is not split into code points.
   size_t begin = 0;
-  size_t end = cps.size();
+  size_t end = s.size();
   if (left) {
-    while (begin < end && in_set(cps[begin])) ++begin;
+    while (begin < end) {
+      size_t next = begin;
+      if (!in_set(DecodeUtf8(s, &next))) break;
+      begin = next;
+    }
   }
   if (right) {
-    while (end > begin && in_set(cps[end - 1])) --end;
+    while (end > begin) {
+      size_t start = end - 1;
+      while (start > begin && (static_cast<unsigned char>(s[start]) & 0xc0) == 0x80) --start;
+      size_t next = start;
+      uint32_t cp = DecodeUtf8(s, &next);
+      if (next != end || !in_set(cp)) break;
+      end = start;
+    }
   }
-  std::string out;
-  for (size_t i = begin; i < end; ++i) out += cps[i];
-  return out;
+  return std::string(s.substr(begin, end - begin));
 }
 
 // Python's str.replace(old, new, count).
@@ -247,7 +257,9 @@ absl::StatusOr<Items> Split(const std::string& s, const Value& sep, int64_t maxs
 }
 
 int64_t CodePointCount(const std::string& s) {
-  return static_cast<int64_t>(SplitCodePoints(s).size());
+  int64_t n = 0;
+  for (size_t pos = 0; pos < s.size(); ++n) DecodeUtf8(s, &pos);
+  return n;
 }
 
 // Python's floor division and modulo on integers.

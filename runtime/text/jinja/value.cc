@@ -639,18 +639,29 @@ bool IsPythonSpace(absl::string_view code_point) {
 }
 
 std::string PythonStrip(absl::string_view s, bool left, bool right) {
-  std::vector<std::string> cps = SplitCodePoints(s);
+  // Scans from each end, so a long string is not split into code points.
   size_t begin = 0;
-  size_t end = cps.size();
+  size_t end = s.size();
   if (left) {
-    while (begin < end && IsPythonSpace(cps[begin])) ++begin;
+    while (begin < end) {
+      size_t next = begin;
+      uint32_t cp = DecodeUtf8(s, &next);
+      if (!IsSpaceCodePoint(cp)) break;
+      begin = next;
+    }
   }
   if (right) {
-    while (end > begin && IsPythonSpace(cps[end - 1])) --end;
+    while (end > begin) {
+      size_t start = end - 1;
+      // Back to the first byte of the last code point.
+      while (start > begin && (static_cast<unsigned char>(s[start]) & 0xc0) == 0x80) --start;
+      size_t next = start;
+      uint32_t cp = DecodeUtf8(s, &next);
+      if (next != end || !IsSpaceCodePoint(cp)) break;
+      end = start;
+    }
   }
-  std::string out;
-  for (size_t i = begin; i < end; ++i) out += cps[i];
-  return out;
+  return std::string(s.substr(begin, end - begin));
 }
 
 }  // namespace verdict::jinja
