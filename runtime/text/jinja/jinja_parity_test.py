@@ -75,7 +75,23 @@ TOOLS = [
                 "required": ["city"],
             },
         },
-    }
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "tag_photos",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "grid": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+                    "options": {"type": "object", "properties": {"dpi": {"type": "integer"}}},
+                    "strict": {"type": "boolean"},
+                },
+                "required": ["tags", "strict"],
+            },
+        },
+    },
 ]
 
 # Small templates that each pin one construct, rendered with the
