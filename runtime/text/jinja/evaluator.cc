@@ -424,10 +424,11 @@ class Renderer {
 
   ScopePtr MakeGlobals(const Dict& context) {
     auto globals = std::make_shared<Scope>(nullptr);
+    DefineBuiltins(globals.get());
+    // Render's variables shadow the globals, as jinja2's render() kwargs do.
     for (const auto& [key, value] : context.entries()) {
       if (key.is_string()) globals->Set(key.as_string(), value);
     }
-    DefineBuiltins(globals.get());
     return globals;
   }
 

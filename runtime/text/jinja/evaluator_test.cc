@@ -197,6 +197,10 @@ TEST(EvaluatorTest, GlobalsFromTransformers) {
             "[0, 1, 2] {'a': 1} 2");
 }
 
+TEST(EvaluatorTest, VariablesShadowGlobals) {
+  EXPECT_EQ(Render("{{ range }}", R"({"range": "mine"})"), "mine");
+}
+
 TEST(EvaluatorTest, UndefinedSemantics) {
   EXPECT_EQ(Render("{{ missing | length }}{% for x in missing %}x{% endfor %}{{ none.attr }}"
                    "{{ messages[9] }}",
