@@ -135,8 +135,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfig(
   if (text.empty() && template_override == nullptr) return ChatTemplate();
   absl::StatusOr<jinja::Template> program = jinja::Template::Compile(text);
   if (!program.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tokenizer config: ", source, " ", program.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(source, " ", program.status().message()));
   }
   ChatTemplate result(FormatOfTemplate(text));
   auto compiled = std::make_shared<Compiled>(Compiled{*std::move(program), {}});
@@ -160,8 +159,10 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfigFile(const std::st
   absl::StatusOr<ChatTemplate> result =
       FromTokenizerConfig(config, jinja_text ? &*jinja_text : nullptr);
   if (!result.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(jinja_text ? jinja_path : path, ": ", result.status().message()));
+    // The directory: the message names the file in it (chat_template.jinja,
+    // or tokenizer_config.json's chat_template).
+    return absl::InvalidArgumentError(absl::StrCat(
+        std::filesystem::path(path).parent_path().string(), ": ", result.status().message()));
   }
   return result;
 }
