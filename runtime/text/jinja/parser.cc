@@ -677,6 +677,10 @@ class Parser {
         } else if (token.text == "none" || token.text == "None") {
           e->literal = Value::None();
         } else {
+          // jinja2's implicit macro arguments and template self-reference.
+          if (token.text == "varargs" || token.text == "kwargs" || token.text == "self") {
+            return Fail(token.line, absl::StrCat("unsupported special name '", token.text, "'"));
+          }
           e->kind = Expr::Kind::kName;
           e->name = token.text;
         }

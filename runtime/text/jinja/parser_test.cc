@@ -90,6 +90,9 @@ TEST(ParserTest, UnsupportedConstructsNameLineAndConstruct) {
   EXPECT_THAT(ErrorOf("\n\n{{ cycler(1) }}"), HasSubstr("line 3: unsupported function 'cycler'"));
   EXPECT_THAT(ErrorOf("{% for x in xs recursive %}{% endfor %}"), HasSubstr("recursive"));
   EXPECT_THAT(ErrorOf("{{ f(*args) }}"), HasSubstr("unpacking"));
+  EXPECT_THAT(ErrorOf("{% macro m() %}{{ varargs }}{% endmacro %}"),
+              HasSubstr("unsupported special name 'varargs'"));
+  EXPECT_THAT(ErrorOf("{{ loop.changed(x) }}"), HasSubstr("unsupported method 'changed'"));
 }
 
 TEST(ParserTest, DefinedFunctionsMayBeCalled) {
