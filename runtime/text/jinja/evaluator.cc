@@ -1293,6 +1293,11 @@ class Renderer {
       return absl::InvalidArgumentError(absl::StrCat("bad operand type for abs(): '", v.TypeName(), "'"));
     }
     if (name == "indent") return IndentFilter(v, call);
+    if (name == "sort") return SortFilter(v, call);
+    if (name == "dictsort") return DictSortFilter(v, call);
+    if (name == "unique") return UniqueFilter(v, call);
+    if (name == "min" || name == "max") return MinMaxFilter(v, call, name == "max");
+    if (name == "sum") return SumFilter(v, call);
     if (name == "map") return MapFilter(v, call);
     if (name == "select" || name == "reject") return SelectFilter(v, call, name == "select", false);
     if (name == "selectattr" || name == "rejectattr") {
@@ -1432,6 +1437,153 @@ class Renderer {
     }
     if (args.Get(1).Truthy()) out = indention + out;
     return Value(std::move(out));
+  }
+
+  // The sort key jinja2 uses: the attribute (if any), lowered when the
+  // comparison ignores case.
+  absl::StatusOr<Value> SortKey(const Value& item, const Value& attribute, bool case_sensitive) {
+    Value key = item;
+    if (!attribute.is_undefined() && !attribute.is_none()) {
+      if (attribute.is_string() && absl::StrContains(attribute.as_string(), ",")) {
+        return absl::InvalidArgumentError("sorting by several attributes is not supported");
+      }
+      absl::StatusOr<Value> a = AttributePath(item, attribute);
+      if (!a.ok()) return a.status();
+      key = *std::move(a);
+    }
+    if (!case_sensitive && key.is_string()) key = Value(Lower(key.as_string()));
+    return key;
+  }
+
+  // Python's sorted(items, key=...) (stable, also when reversed). jinja2's
+  // sort compares one-item lists of keys, so equal keys (undefined ones
+  // included) never reach '<': `list_keys` asks for that.
+  absl::StatusOr<Items> SortedByKey(Items items, std::vector<Value> keys, bool reverse,
+                                    bool list_keys) {
+    std::vector<size_t> order(items.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    absl::Status error;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      const Value& x = reverse ? keys[b] : keys[a];
+      const Value& y = reverse ? keys[a] : keys[b];
+      if (list_keys && Equals(x, y)) return false;
+      absl::StatusOr<bool> less = LessThan(x, y);
+      if (!less.ok()) {
+        if (error.ok()) error = less.status();
+        return false;
+      }
+      return *less;
+    });
+    if (!error.ok()) return error;
+    Items out;
+    for (size_t i : order) out.push_back(std::move(items[i]));
+    return out;
+  }
+
+  absl::StatusOr<Value> SortFilter(const Value& v, const CallArgs& call) {
+    Args args(call, {"reverse", "case_sensitive", "attribute"}, "sort");
+    if (absl::Status st = args.Check(); !st.ok()) return st;
+    absl::StatusOr<Items> items = Iterate(v);
+    if (!items.ok()) return items.status();
+    std::vector<Value> keys;
+    for (const Value& item : *items) {
+      absl::StatusOr<Value> key = SortKey(item, args.Get(2), args.Get(1).Truthy());
+      if (!key.ok()) return key.status();
+      keys.push_back(*std::move(key));
+    }
+    absl::StatusOr<Items> sorted =
+        SortedByKey(*std::move(items), std::move(keys), args.Get(0).Truthy(), /*list_keys=*/true);
+    if (!sorted.ok()) return sorted.status();
+    return Value::List(*std::move(sorted));
+  }
+
+  absl::StatusOr<Value> DictSortFilter(const Value& v, const CallArgs& call) {
+    Args args(call, {"case_sensitive", "by", "reverse"}, "dictsort");
+    if (absl::Status st = args.Check(); !st.ok()) return st;
+    if (!v.is_dict()) return absl::InvalidArgumentError("dictsort expects a mapping");
+    const std::string by = args.Has(1) ? args.Get(1).Str() : "key";
+    if (by != "key" && by != "value") {
+      return absl::InvalidArgumentError("You can only sort by either 'key' or 'value'");
+    }
+    Items items = DictItems(v.dict()).items();
+    std::vector<Value> keys;
+    for (const Value& pair : items) {
+      Value key = pair.items()[by == "key" ? 0 : 1];
+      if (!args.Get(0).Truthy() && key.is_string()) key = Value(Lower(key.as_string()));
+      keys.push_back(std::move(key));
+    }
+    absl::StatusOr<Items> sorted =
+        SortedByKey(std::move(items), std::move(keys), args.Get(2).Truthy(), /*list_keys=*/false);
+    if (!sorted.ok()) return sorted.status();
+    return Value::List(*std::move(sorted));
+  }
+
+  absl::StatusOr<Value> UniqueFilter(const Value& v, const CallArgs& call) {
+    Args args(call, {"case_sensitive", "attribute"}, "unique");
+    if (absl::Status st = args.Check(); !st.ok()) return st;
+    absl::StatusOr<Items> items = Iterate(v);
+    if (!items.ok()) return items.status();
+    Items out;
+    std::vector<Value> seen;
+    for (const Value& item : *items) {
+      absl::StatusOr<Value> key = SortKey(item, args.Get(1), args.Get(0).Truthy());
+      if (!key.ok()) return key.status();
+      // jinja2 keeps the keys in a set.
+      if ((key->is_list() && key->flavor() == Value::ListFlavor::kList) || key->is_dict() ||
+          key->kind() == Value::Kind::kNamespace) {
+        return absl::InvalidArgumentError(absl::StrCat("unhashable type: '", key->TypeName(), "'"));
+      }
+      if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return Equals(s, *key); })) {
+        continue;
+      }
+      seen.push_back(*key);
+      out.push_back(item);
+    }
+    return Value::List(std::move(out), Value::ListFlavor::kGenerator);
+  }
+
+  absl::StatusOr<Value> MinMaxFilter(const Value& v, const CallArgs& call, bool max) {
+    Args args(call, {"case_sensitive", "attribute"}, max ? "max" : "min");
+    if (absl::Status st = args.Check(); !st.ok()) return st;
+    absl::StatusOr<Items> items = Iterate(v);
+    if (!items.ok()) return items.status();
+    if (items->empty()) return Value::Undefined("No aggregated item, sequence was empty.");
+    size_t best = 0;
+    absl::StatusOr<Value> best_key = SortKey((*items)[0], args.Get(1), args.Get(0).Truthy());
+    if (!best_key.ok()) return best_key.status();
+    for (size_t i = 1; i < items->size(); ++i) {
+      absl::StatusOr<Value> key = SortKey((*items)[i], args.Get(1), args.Get(0).Truthy());
+      if (!key.ok()) return key.status();
+      // Python's min and max keep the first of equal items.
+      absl::StatusOr<bool> better = max ? LessThan(*best_key, *key) : LessThan(*key, *best_key);
+      if (!better.ok()) return better.status();
+      if (*better) {
+        best = i;
+        best_key = *std::move(key);
+      }
+    }
+    return (*items)[best];
+  }
+
+  absl::StatusOr<Value> SumFilter(const Value& v, const CallArgs& call) {
+    Args args(call, {"attribute", "start"}, "sum");
+    if (absl::Status st = args.Check(); !st.ok()) return st;
+    absl::StatusOr<Items> items = Iterate(v);
+    if (!items.ok()) return items.status();
+    Value total = args.Has(1) ? args.Get(1) : Value(0);
+    for (const Value& item : *items) {
+      Value term = item;
+      if (args.Has(0)) {
+        absl::StatusOr<Value> a = AttributePath(item, args.Get(0));
+        if (!a.ok()) return a.status();
+        term = *std::move(a);
+      }
+      if (term.is_undefined()) return absl::InvalidArgumentError("value is undefined");
+      absl::StatusOr<Value> next = Arithmetic("+", total, term);
+      if (!next.ok()) return next.status();
+      total = *std::move(next);
+    }
+    return total;
   }
 
   // An attribute path "a.b.0" as jinja2's make_attrgetter reads it.

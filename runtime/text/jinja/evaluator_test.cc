@@ -167,6 +167,18 @@ TEST(EvaluatorTest, Filters) {
   EXPECT_THAT(Render("{{ [1] | select }}"), HasSubstr("generator"));
 }
 
+TEST(EvaluatorTest, SortingAndAggregates) {
+  EXPECT_EQ(Render("{{ ['b', 'A', 'a'] | sort }} {{ ['b', 'A'] | sort(case_sensitive=true) }} "
+                   "{{ [1, 3, 2] | sort(reverse=true) }} {{ {'b': 1, 'a': 2} | dictsort }}"),
+            "['A', 'a', 'b'] ['A', 'b'] [3, 2, 1] [('a', 2), ('b', 1)]");
+  EXPECT_EQ(Render("{{ messages | sort(attribute='role') | map(attribute='role') | join(',') }}", kChat),
+            "assistant,system,user");
+  EXPECT_EQ(Render("{{ ['a', 'A', 'b'] | unique | list }} {{ [3, 1] | min }} {{ [3, 1] | max }} "
+                   "{{ [1, 2.5] | sum }} {{ [] | max }}|"),
+            "['a', 'b'] 1 3 3.5 |");
+  EXPECT_THAT(Render("{{ [1, 'a'] | sort }}"), HasSubstr("not supported between"));
+}
+
 TEST(EvaluatorTest, ToJsonIsTransformersTojson) {
   EXPECT_EQ(Render("{{ {'a': 'caf\xc3\xa9', 'b': [1, none]} | tojson }}"),
             "{\"a\": \"caf\xc3\xa9\", \"b\": [1, null]}");
@@ -228,7 +240,8 @@ TEST(EvaluatorTest, EveryParserNameHasAnImplementation) {
   for (const char* f : {"abs", "capitalize", "count", "d", "default", "first", "float", "indent",
                         "int", "items", "join", "last", "length", "list", "lower", "map",
                         "reject", "rejectattr", "replace", "reverse", "safe", "select",
-                        "selectattr", "string", "title", "tojson", "trim", "upper"}) {
+                        "selectattr", "string", "title", "tojson", "trim", "upper", "sort",
+                        "dictsort", "unique", "min", "max", "sum"}) {
     ASSERT_TRUE(IsSupportedFilter(f)) << f;
     std::string out = Render(absl::StrCat("{{ ['a'] | ", f, " }}"));
     EXPECT_THAT(out, ::testing::Not(HasSubstr("no filter named"))) << f;

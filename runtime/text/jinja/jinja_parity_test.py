@@ -190,6 +190,8 @@ SNIPPETS = [
     "{{ 'ÉCOLE été Ωμέγα ДОМ дом ĳ' | lower }} {{ 'école été ωμέγα дом ς' | upper }} {{ 'émile zola' | title }} {{ 'émile ZOLA'.title() }} {{ 'éA' | capitalize }} {{ 'é' is lower }} {{ 'É日' is upper }} {{ '日' is lower }}",
     "{{ 'Hello World Foo'.title() }} {{ 'hello-world foo_bar'.title() }} {{ 'HELLO' | title }} {{ 'o\\'neil' | title }}",
     "{{ 3 | float }} {{ '3.0' | int }} {{ '1e3' | float }} {{ 'nan' | float }} {{ '-0' | int }} {{ '+5' | int }} {{ '1_000' | int }}",
+    "{{ ['b', 'A', 'a', 'C'] | sort }} {{ ['b', 'A', 'a'] | sort(case_sensitive=true) }} {{ [3, 1, 2] | sort(reverse=true) }} {{ messages | sort(attribute='role') | map(attribute='role') | join(',') }} {{ {'b': 1, 'A': 3, 'c': 2} | dictsort }} {{ {'b': 1, 'a': 3} | dictsort(by='value') }}",
+    "{{ ['a', 'A', 'b', 'a'] | unique | list }} {{ [3, 1, 2] | min }} {{ [3, 1, 2] | max }} {{ ['b', 'A'] | min }} {{ [] | max }}| {{ [1, 2.5] | sum }} {{ messages | map(attribute='content') | map('length') | sum }} {{ messages | max(attribute='role') }}",
     "{{ -2 | abs }} {{ -2.5 | abs }} {{ 'AbC' | lower }} {{ 'AbC' | upper }} {{ none | lower }}",
 ]
 
@@ -260,7 +262,10 @@ def expression_templates(count, seed=20261203):
                "float", "default('d')", "default('d', true)", "tojson", "join(',')",
                "reverse | list", "title", "capitalize", "abs", "items | list", "count",
                "map('string') | list", "select | list", "reject | list", "replace('a', 'X')",
-               "indent(2)", "tojson(sort_keys=true)"]
+               "indent(2)", "tojson(sort_keys=true)", "sort", "sort(reverse=true)",
+               "sort(case_sensitive=true)", "sort(attribute='role')", "dictsort",
+               "dictsort(by='value', reverse=true)", "unique | list", "min", "max", "sum",
+               "sum(attribute='k')", "max(attribute='role')"]
     tests = ["defined", "undefined", "none", "string", "mapping", "iterable", "number", "integer",
              "float", "boolean", "odd", "even", "sequence", "true", "false", "callable",
              "divisibleby 2", "equalto 1", "in 'abc'", "lower", "upper"]
@@ -287,7 +292,7 @@ def expression_templates(count, seed=20261203):
             subject = f"({expr(depth + 1)} if messages else none)"
             return f"{subject}[{rng.choice(['0', '-1', '1:', ':1', '::-1', '1:3', '::2'])}]"
         if r < 0.92:
-            return f"{expr(depth + 1)}.{rng.choice(methods)}"
+            return f"({expr(depth + 1)}.{rng.choice(methods)})"
         return f"({rng.choice(['not ', '-'])}{expr(depth + 1)})"
 
     return ["{{ " + expr(0) + " }}" for _ in range(count)]

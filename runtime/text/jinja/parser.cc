@@ -16,6 +16,7 @@ const absl::flat_hash_set<std::string>& SupportedFilters() {
       "indent", "int",       "items",  "join",   "last",       "length",  "list",
       "lower", "map",        "reject", "rejectattr", "replace", "reverse", "safe",
       "select", "selectattr", "string", "title", "tojson",     "trim",    "upper",
+      "sort",  "dictsort",   "unique", "min",    "max",        "sum",
   };
   return *names;
 }
