@@ -209,6 +209,12 @@ TEST(EvaluatorTest, GlobalsFromTransformers) {
             "[0, 1, 2] {'a': 1} 2");
 }
 
+TEST(EvaluatorTest, GenerationBlockRendersItsBody) {
+  // transformers' {% generation %} marks assistant text for masks; rendering
+  // is unchanged.
+  EXPECT_EQ(Render("a{% generation %}b{{ 1 }}{% endgeneration %}c"), "ab1c");
+}
+
 TEST(EvaluatorTest, VariablesShadowGlobals) {
   EXPECT_EQ(Render("{{ range }}", R"({"range": "mine"})"), "mine");
 }
