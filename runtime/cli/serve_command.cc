@@ -9,8 +9,6 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -60,13 +58,6 @@ void WaitForStop(const sigset_t& signals, Predicate also) {
   while (!also()) {
     if (sigtimedwait(&signals, nullptr, &tick) > 0) return;
   }
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // --generation-config: the checkpoint's sampling defaults, said once.
@@ -123,6 +114,16 @@ int RunServeCommand(absl::Span<char* const> positional) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  // The chat template is checked before the engine starts, on every rank, so
+  // that a template verdict cannot execute stops the job at once.
+  const std::string model_dir = TargetModelDirFromFlags();
+  const std::string tokenizer_config = model_dir + "/tokenizer_config.json";
+  absl::StatusOr<ChatTemplate> chat = ChatTemplate::FromTokenizerConfigFile(tokenizer_config);
+  if (!chat.ok()) {
+    std::fprintf(stderr, "verdict serve: chat template: %s\n", chat.status().ToString().c_str());
+    return 1;
+  }
+
   absl::StatusOr<EngineRuntime> rt = StartEngineFromFlags();
   if (!rt.ok()) {
     std::fprintf(stderr, "verdict serve: %s\n", rt.status().ToString().c_str());
@@ -177,17 +178,20 @@ int RunServeCommand(absl::Span<char* const> positional) {
     }
   });
 
-  const std::string model_dir = TargetModelDirFromFlags();
   std::string name = absl::GetFlag(FLAGS_served_model_name);
   if (name.empty()) {
     name = std::filesystem::path(model_dir).lexically_normal().filename().string();
     if (name.empty() || name == "target") name = "verdict-default";
   }
-  absl::StatusOr<ChatTemplate> chat =
-      ChatTemplate::FromTokenizerConfig(ReadFile(model_dir + "/tokenizer_config.json"));
+  if (!chat->has_template()) {
+    std::fprintf(stderr,
+                 "verdict serve: no chat template in %s; /v1/chat/completions uses the default "
+                 "plain format (System:/User:/Assistant:)\n",
+                 model_dir.c_str());
+  }
   ServedModel served{name, static_cast<int>(engine.max_model_len()), 64,
                      static_cast<int64_t>(std::time(nullptr))};
-  OpenAiApi api(served, engine.tokenizer(), chat.ok() ? *chat : ChatTemplate());
+  OpenAiApi api(served, engine.tokenizer(), *chat);
   api.set_accept_unknown_fields(absl::GetFlag(FLAGS_accept_unknown_fields));
   absl::StatusOr<SamplingDefaults> defaults = SamplingDefaultsFromFlags(model_dir);
   if (!defaults.ok()) {

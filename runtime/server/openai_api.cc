@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
@@ -682,6 +683,12 @@ absl::StatusOr<ApiRequest> OpenAiApi::ParseChat(absl::string_view body) const {
   if (!messages.ok()) return messages.status();
   absl::StatusOr<std::string> prompt = chat_template_.Render(*messages);
   if (!prompt.ok()) return Invalid("messages", prompt.status().message());
+  // A checkpoint's template may write BOS itself (transformers then encodes
+  // without adding one); the tokenizer adds it here, so the text's copy goes.
+  const std::string& bos = chat_template_.bos_token();
+  if (chat_template_.has_template() && !bos.empty() && absl::StartsWith(*prompt, bos)) {
+    prompt->erase(0, bos.size());
+  }
   absl::StatusOr<std::vector<int32_t>> ids = tokenizer_.Encode(*prompt, /*add_bos=*/true);
   if (!ids.ok()) {
     return Invalid("messages",

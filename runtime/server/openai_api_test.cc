@@ -146,6 +146,31 @@ TEST_F(OpenAiApiTest, CheckpointSamplingDefaultsApplyWhereTheRequestIsSilent) {
   EXPECT_EQ(given.generation.params.top_k, 0);
 }
 
+// A checkpoint's template that writes BOS itself gets one BOS, not two:
+// the tokenizer adds it, so the rendered text's copy is dropped.
+TEST_F(OpenAiApiTest, TemplateWrittenBosIsNotDoubled) {
+  absl::StatusOr<ChatTemplate> chat = ChatTemplate::FromTokenizerConfig(
+      R"({"bos_token": "<s>",
+          "chat_template": "{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor %}"})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  OpenAiApi api(ServedModel{"tiny", kContext, 8, 1700000000}, tokenizer_, *chat);
+  absl::StatusOr<ApiRequest> r =
+      api.ParseChat(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generation.prompt_token_ids, *tokenizer_.Encode("[hi]", /*add_bos=*/true));
+
+  // BOS text elsewhere in the prompt is the template's business.
+  absl::StatusOr<ChatTemplate> later = ChatTemplate::FromTokenizerConfig(
+      R"({"bos_token": "<s>",
+          "chat_template": "{% for m in messages %}[{{ m.content }}]{% endfor %}{{ bos_token }}"})");
+  ASSERT_TRUE(later.ok()) << later.status();
+  OpenAiApi api_later(ServedModel{"tiny", kContext, 8, 1700000000}, tokenizer_, *later);
+  absl::StatusOr<ApiRequest> kept =
+      api_later.ParseChat(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->generation.prompt_token_ids, *tokenizer_.Encode("[hi]<s>", /*add_bos=*/true));
+}
+
 TEST_F(OpenAiApiTest, NullMeansNotGiven) {
   ApiRequest r = Completion({{"prompt", "Hi"}, {"max_tokens", nullptr}, {"temperature", nullptr},
                              {"stop", nullptr}, {"n", nullptr}, {"model", nullptr}});

@@ -1,6 +1,8 @@
 #include "runtime/text/chat_template.h"
 
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/status/status.h"
@@ -8,6 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "runtime/text/jinja/evaluator.h"
+#include "runtime/text/jinja/value.h"
 
 namespace verdict {
 namespace {
@@ -15,7 +19,7 @@ namespace {
 using json = nlohmann::json;
 
 // The template's own text when it is a string; the "default" entry of HF's
-// list-of-named-templates form; "" when there is none.
+// list-of-named-templates form; "" when there is none (null).
 absl::StatusOr<std::string> TemplateText(const json& value) {
   if (value.is_null()) return std::string();
   if (value.is_string()) return value.get<std::string>();
@@ -29,13 +33,53 @@ absl::StatusOr<std::string> TemplateText(const json& value) {
         return text->get<std::string>();
       }
     }
-    return std::string();
+    // transformers refuses a list without a default too; falling back to
+    // another format would hide the checkpoint's own.
+    return absl::InvalidArgumentError(
+        "tokenizer config: chat_template lists named templates but none named \"default\"");
   }
   return absl::InvalidArgumentError(
       "tokenizer config: chat_template must be a string or a list of {name, template}");
 }
 
+// The special tokens apply_chat_template passes as template variables; HF
+// writes each as a string or as an AddedToken object {"content": ...}.
+constexpr const char* kSpecialTokens[] = {"bos_token", "eos_token", "unk_token", "pad_token",
+                                          "sep_token", "cls_token", "mask_token"};
+
+std::optional<std::string> SpecialToken(const json& config, const char* name) {
+  auto it = config.find(name);
+  if (it == config.end()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object()) {
+    auto content = it->find("content");
+    if (content != it->end() && content->is_string()) return content->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+// The format a template's marker names, for its stop strings.
+ChatFormat FormatOfTemplate(const std::string& text) {
+  if (text == kPlainJinja) return ChatFormat::kPlain;
+  if (absl::StrContains(text, "<|im_start|>")) return ChatFormat::kChatMl;
+  if (absl::StrContains(text, "<|start_header_id|>")) return ChatFormat::kLlama3;
+  return ChatFormat::kTemplate;
+}
+
+std::optional<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 }  // namespace
+
+struct ChatTemplate::Compiled {
+  jinja::Template program;
+  jinja::Dict special_tokens;
+};
 
 const char kPlainJinja[] =
     "{% for message in messages %}{{ message['role'] | capitalize }}: {{ message['content'] }}\n"
@@ -49,6 +93,8 @@ const char* ChatFormatName(ChatFormat format) {
       return "chatml";
     case ChatFormat::kLlama3:
       return "llama3";
+    case ChatFormat::kTemplate:
+      return "template";
   }
   return "unknown";
 }
@@ -65,36 +111,100 @@ ChatTemplate::ChatTemplate(ChatFormat format) : format_(format) {
     case ChatFormat::kLlama3:
       stop_ = {"<|eot_id|>"};
       break;
+    case ChatFormat::kTemplate:
+      break;
   }
 }
 
-absl::StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfig(absl::string_view config_json) {
+absl::StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfig(
+    absl::string_view config_json, const std::string* template_override) {
   json config = json::parse(config_json.begin(), config_json.end(), nullptr, false);
   if (config.is_discarded() || !config.is_object()) {
     return absl::InvalidArgumentError("tokenizer config is not a JSON object");
   }
-  auto it = config.find("chat_template");
-  if (it == config.end()) return ChatTemplate();
-  absl::StatusOr<std::string> text = TemplateText(*it);
-  if (!text.ok()) return text.status();
-  if (absl::StrContains(*text, "<|im_start|>")) return ChatTemplate(ChatFormat::kChatMl);
-  if (absl::StrContains(*text, "<|start_header_id|>")) return ChatTemplate(ChatFormat::kLlama3);
-  return ChatTemplate();
+  std::string text;
+  std::string source = "chat_template";
+  if (template_override != nullptr) {
+    text = *template_override;
+    source = "chat_template.jinja";
+  } else if (auto it = config.find("chat_template"); it != config.end()) {
+    absl::StatusOr<std::string> found = TemplateText(*it);
+    if (!found.ok()) return found.status();
+    text = *std::move(found);
+  }
+  if (text.empty() && template_override == nullptr) return ChatTemplate();
+  absl::StatusOr<jinja::Template> program = jinja::Template::Compile(text);
+  if (!program.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, " ", program.status().message()));
+  }
+  ChatTemplate result(FormatOfTemplate(text));
+  auto compiled = std::make_shared<Compiled>(Compiled{*std::move(program), {}});
+  for (const char* name : kSpecialTokens) {
+    if (std::optional<std::string> token = SpecialToken(config, name)) {
+      compiled->special_tokens.Set(jinja::Value(name), jinja::Value(*token));
+      if (std::string(name) == "bos_token") result.bos_token_ = *token;
+    }
+  }
+  result.compiled_ = std::move(compiled);
+  return result;
 }
 
 absl::StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfigFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ChatTemplate();
-  std::ostringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<ChatTemplate> result = FromTokenizerConfig(text.str());
+  std::string config = ReadText(path).value_or("{}");
+  // transformers saves the template in chat_template.jinja beside the config
+  // and prefers it when both exist.
+  const std::string jinja_path =
+      (std::filesystem::path(path).parent_path() / "chat_template.jinja").string();
+  std::optional<std::string> jinja_text = ReadText(jinja_path);
+  absl::StatusOr<ChatTemplate> result =
+      FromTokenizerConfig(config, jinja_text ? &*jinja_text : nullptr);
   if (!result.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", result.status().message()));
+    // The directory: the message names the file in it (chat_template.jinja,
+    // or tokenizer_config.json's chat_template).
+    return absl::InvalidArgumentError(absl::StrCat(
+        std::filesystem::path(path).parent_path().string(), ": ", result.status().message()));
   }
   return result;
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> messages) const {
+  return Render(messages, ChatRenderOptions());
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> messages,
+                                                 const ChatRenderOptions& options) const {
+  if (compiled_ == nullptr) return RenderBuiltIn(messages, options.add_generation_prompt);
+  // The variables apply_chat_template passes: the messages, tools and
+  // documents (none here), add_generation_prompt, the special tokens, then
+  // the extra keyword arguments.
+  std::vector<jinja::Value> items;
+  for (const ChatMessage& m : messages) {
+    jinja::Dict message;
+    message.Set(jinja::Value("role"), jinja::Value(m.role));
+    message.Set(jinja::Value("content"), jinja::Value(m.content));
+    items.push_back(jinja::Value::FromDict(std::move(message)));
+  }
+  jinja::Dict context;
+  context.Set(jinja::Value("messages"), jinja::Value::List(std::move(items)));
+  context.Set(jinja::Value("tools"), jinja::Value::None());
+  context.Set(jinja::Value("documents"), jinja::Value::None());
+  context.Set(jinja::Value("add_generation_prompt"), jinja::Value(options.add_generation_prompt));
+  for (const auto& [key, value] : compiled_->special_tokens.entries()) context.Set(key, value);
+  if (options.kwargs.is_object()) {
+    for (const auto& [key, value] : options.kwargs.items()) {
+      context.Set(jinja::Value(key), jinja::Value::FromJson(value));
+    }
+  }
+  absl::StatusOr<std::string> text = compiled_->program.Render(context);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat template ", text.status().message()));
+  }
+  return text;
+}
+
+absl::StatusOr<std::string> ChatTemplate::RenderBuiltIn(absl::Span<const ChatMessage> messages,
+                                                        bool add_generation_prompt) const {
   std::string out;
   for (const ChatMessage& m : messages) {
     if (m.role != "system" && m.role != "user" && m.role != "assistant") {
@@ -115,8 +225,11 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
         absl::StrAppend(&out, "<|start_header_id|>", m.role, "<|end_header_id|>\n\n", m.content,
                         "<|eot_id|>");
         break;
+      case ChatFormat::kTemplate:
+        return absl::InternalError("a kTemplate chat format has no built-in rendering");
     }
   }
+  if (!add_generation_prompt) return out;
   switch (format_) {
     case ChatFormat::kPlain:
       out += "Assistant:";
@@ -126,6 +239,8 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
       break;
     case ChatFormat::kLlama3:
       out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      break;
+    case ChatFormat::kTemplate:
       break;
   }
   return out;

@@ -47,12 +47,41 @@ TEST(ChatTemplateTest, BundledModelsTemplateIsPlain) {
   absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfig(config.dump());
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->format(), ChatFormat::kPlain);
+  EXPECT_TRUE(t->has_template());
+  EXPECT_THAT(t->stop(), ElementsAre("\nUser:"));
+}
+
+// The interpreter, running kPlainJinja, renders what the built-in kPlain
+// renders, with and without the generation prompt.
+TEST(ChatTemplateTest, PlainJinjaRendersLikeBuiltInPlain) {
+  nlohmann::json config = {{"chat_template", std::string(kPlainJinja)}};
+  absl::StatusOr<ChatTemplate> jinja = ChatTemplate::FromTokenizerConfig(config.dump());
+  ASSERT_TRUE(jinja.ok()) << jinja.status();
+  const ChatTemplate built_in;
+  ASSERT_FALSE(built_in.has_template());
+  const std::vector<std::vector<ChatMessage>> conversations = {
+      kConversation,
+      {{"user", ""}},
+      {{"user", "caf\u00e9 \xf0\x9f\x9a\xa2"}, {"assistant", "line\nbreak"}},
+  };
+  for (const auto& messages : conversations) {
+    for (bool prompt : {true, false}) {
+      ChatRenderOptions options;
+      options.add_generation_prompt = prompt;
+      absl::StatusOr<std::string> a = jinja->Render(messages, options);
+      absl::StatusOr<std::string> b = built_in.Render(messages, options);
+      ASSERT_TRUE(a.ok()) << a.status();
+      ASSERT_TRUE(b.ok()) << b.status();
+      EXPECT_EQ(*a, *b);
+    }
+  }
 }
 
 TEST(ChatTemplateTest, ChatMlByMarker) {
   nlohmann::json config = {
       {"chat_template",
-       "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"}};
+       "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+       "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"}};
   absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfig(config.dump());
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->format(), ChatFormat::kChatMl);
@@ -64,14 +93,20 @@ TEST(ChatTemplateTest, ChatMlByMarker) {
 }
 
 TEST(ChatTemplateTest, Llama3ByMarker) {
-  nlohmann::json config = {{"chat_template", "{{ '<|start_header_id|>' + m.role }}"},
-                           {"bos_token", "<|begin_of_text|>"}};
+  nlohmann::json config = {
+      {"chat_template",
+       "{{ bos_token }}{% for m in messages %}{{ '<|start_header_id|>' + m.role + "
+       "'<|end_header_id|>\n\n' + m.content | trim + '<|eot_id|>' }}{% endfor %}"
+       "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+       "{% endif %}"},
+      {"bos_token", {{"__type", "AddedToken"}, {"content", "<|begin_of_text|>"}}}};
   absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfig(config.dump());
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->format(), ChatFormat::kLlama3);
-  std::vector<ChatMessage> messages = {{"user", "U"}};
+  EXPECT_EQ(t->bos_token(), "<|begin_of_text|>");
+  std::vector<ChatMessage> messages = {{"user", " U "}};
   EXPECT_EQ(*t->Render(messages),
-            "<|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|>"
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|>"
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
   EXPECT_THAT(t->stop(), ElementsAre("<|eot_id|>"));
 }
@@ -84,18 +119,73 @@ TEST(ChatTemplateTest, NamedTemplateListUsesDefaultEntry) {
   absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfig(config.dump());
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->format(), ChatFormat::kChatMl);
+  // Without a default entry there is no template to use: an error, not kPlain.
+  config = {{"chat_template", {{{"name", "tool_use"}, {"template", "<|im_start|>"}}}}};
+  t = ChatTemplate::FromTokenizerConfig(config.dump());
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("default"));
 }
 
-TEST(ChatTemplateTest, UnknownOrMissingTemplateFallsBackToPlain) {
-  for (const char* config : {R"({})", R"({"chat_template": null})",
-                             R"({"chat_template": "{{ messages[0].content }}"})"}) {
+TEST(ChatTemplateTest, MissingTemplateIsBuiltInPlain) {
+  for (const char* config : {R"({})", R"({"chat_template": null})"}) {
     absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfig(config);
     ASSERT_TRUE(t.ok()) << config;
     EXPECT_EQ(t->format(), ChatFormat::kPlain) << config;
+    EXPECT_FALSE(t->has_template()) << config;
   }
-  // kPlainJinja is the default format written for other tools.
-  nlohmann::json config = {{"chat_template", std::string(kPlainJinja)}};
-  EXPECT_EQ(ChatTemplate::FromTokenizerConfig(config.dump())->format(), ChatFormat::kPlain);
+}
+
+// A template without a known marker is executed, never replaced by kPlain.
+TEST(ChatTemplateTest, UnknownTemplateIsExecuted) {
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfig(
+      R"({"chat_template": "{{ messages[0].content }}|{{ eos_token }}", "eos_token": "</s>"})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->format(), ChatFormat::kTemplate);
+  EXPECT_TRUE(t->stop().empty());
+  std::vector<ChatMessage> messages = {{"user", "first"}, {"user", "second"}};
+  EXPECT_EQ(*t->Render(messages), "first|</s>");
+}
+
+TEST(ChatTemplateTest, ExtraKeywordArgumentsReachTheTemplate) {
+  nlohmann::json config = {
+      {"chat_template",
+       "{% if add_generation_prompt %}A:{% if enable_thinking is defined and enable_thinking is "
+       "false %}<think></think>{% endif %}{% endif %}"}};
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfig(config.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<ChatMessage> messages = {{"user", "x"}};
+  ChatRenderOptions options;
+  EXPECT_EQ(*t->Render(messages, options), "A:");
+  options.kwargs = {{"enable_thinking", false}};
+  EXPECT_EQ(*t->Render(messages, options), "A:<think></think>");
+  options.add_generation_prompt = false;
+  EXPECT_EQ(*t->Render(messages, options), "");
+}
+
+TEST(ChatTemplateTest, UnsupportedTemplateFailsAtLoadWithLineAndConstruct) {
+  nlohmann::json config = {{"chat_template", "{% for m in messages %}\n{{ m.content | wordwrap }}\n{% endfor %}"}};
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfig(config.dump());
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("line 2"));
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("unsupported filter 'wordwrap'"));
+  config = {{"chat_template", "{% include 'other.jinja' %}"}};
+  t = ChatTemplate::FromTokenizerConfig(config.dump());
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("unsupported tag 'include'"));
+}
+
+TEST(ChatTemplateTest, RaiseExceptionIsARenderError) {
+  nlohmann::json config = {
+      {"chat_template",
+       "{% if messages[0].role != 'user' %}{{ raise_exception('user first') }}{% endif %}ok"}};
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfig(config.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<ChatMessage> good = {{"user", "x"}};
+  EXPECT_EQ(*t->Render(good), "ok");
+  std::vector<ChatMessage> bad = {{"assistant", "x"}};
+  absl::StatusOr<std::string> text = t->Render(bad);
+  ASSERT_FALSE(text.ok());
+  EXPECT_THAT(std::string(text.status().message()), HasSubstr("user first"));
 }
 
 TEST(ChatTemplateTest, BadConfigIsAnError) {
@@ -117,6 +207,26 @@ TEST(ChatTemplateTest, FileMissingGivesDefaultFilePresentIsRead) {
   absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfigFile(path);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->format(), ChatFormat::kChatMl);
+
+  // chat_template.jinja beside the config takes precedence.
+  std::string jinja_path = testing::TempDir() + "/chat_template.jinja";
+  {
+    std::ofstream out(jinja_path);
+    out << "{% for m in messages %}[{{ m.role }}]{% endfor %}\n";
+  }
+  t = ChatTemplate::FromTokenizerConfigFile(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->format(), ChatFormat::kTemplate);
+  std::vector<ChatMessage> messages = {{"user", "x"}};
+  EXPECT_EQ(*t->Render(messages), "[user]");  // one trailing newline is dropped, as jinja2 does
+  {
+    std::ofstream out(jinja_path);
+    out << "{{ messages | nosuchfilter }}";
+  }
+  t = ChatTemplate::FromTokenizerConfigFile(path);
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("chat_template.jinja"));
+  std::remove(jinja_path.c_str());
   std::remove(path.c_str());
 }
 

@@ -1,0 +1,117 @@
+#include "runtime/text/jinja/parser.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace verdict::jinja {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<Body> ParseText(absl::string_view source) {
+  absl::StatusOr<std::vector<Token>> tokens = Tokenize(source);
+  if (!tokens.ok()) return tokens.status();
+  return Parse(*tokens);
+}
+
+std::string ErrorOf(absl::string_view source) {
+  absl::StatusOr<Body> body = ParseText(source);
+  EXPECT_FALSE(body.ok()) << source;
+  return body.ok() ? "" : std::string(body.status().message());
+}
+
+const Expr& OutputExpr(const Body& body) { return *body.at(0)->expr; }
+
+TEST(ParserTest, StatementsBecomeNodes) {
+  absl::StatusOr<Body> body = ParseText(
+      "{% for m in messages if m.role != 'x' %}{{ m }}{% else %}none{% endfor %}"
+      "{% if a %}1{% elif b %}2{% else %}3{% endif %}{% set x = 1 %}{% set ns.y = 2 %}"
+      "{% set t %}body{% endset %}{% macro f(a, b=1) %}{% endmacro %}"
+      "{% call(z) f(1) %}{{ z }}{% endcall %}{% filter upper %}u{% endfilter %}");
+  ASSERT_TRUE(body.ok()) << body.status();
+  ASSERT_EQ(body->size(), 8u);
+  const Node& loop = *(*body)[0];
+  EXPECT_EQ(loop.kind, Node::Kind::kFor);
+  EXPECT_NE(loop.condition, nullptr);
+  EXPECT_EQ(loop.else_body.size(), 1u);
+  EXPECT_EQ((*body)[1]->kind, Node::Kind::kIf);
+  EXPECT_EQ((*body)[1]->conditions.size(), 2u);
+  EXPECT_EQ((*body)[3]->target->kind, Expr::Kind::kAttribute);
+  EXPECT_EQ((*body)[4]->kind, Node::Kind::kSetBlock);
+  EXPECT_EQ((*body)[5]->params.size(), 2u);
+  EXPECT_EQ((*body)[6]->kind, Node::Kind::kCallBlock);
+  EXPECT_EQ((*body)[7]->kind, Node::Kind::kFilterBlock);
+}
+
+TEST(ParserTest, PrecedenceFollowsJinja) {
+  // Filters bind tighter than arithmetic: a + (b | length).
+  absl::StatusOr<Body> body = ParseText("{{ a + b | length }}");
+  ASSERT_TRUE(body.ok());
+  const Expr& sum = OutputExpr(*body);
+  EXPECT_EQ(sum.kind, Expr::Kind::kBinary);
+  EXPECT_EQ(sum.args[1]->kind, Expr::Kind::kFilter);
+  // `not` covers the test: not (x is defined).
+  body = ParseText("{{ not x is defined }}");
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ(OutputExpr(*body).kind, Expr::Kind::kUnary);
+  EXPECT_EQ(OutputExpr(*body).args[0]->kind, Expr::Kind::kTest);
+  // * before +, ~ between them.
+  body = ParseText("{{ 1 + 2 * 3 }}");
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ(OutputExpr(*body).name, "+");
+  // Chained comparisons are one node.
+  body = ParseText("{{ 1 < 2 <= 3 }}");
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ(OutputExpr(*body).ops.size(), 2u);
+  // `is not` negates; a test takes one bare argument.
+  body = ParseText("{{ x is not divisibleby 3 }}");
+  ASSERT_TRUE(body.ok());
+  EXPECT_TRUE(OutputExpr(*body).negated);
+  EXPECT_EQ(OutputExpr(*body).args.size(), 2u);
+}
+
+TEST(ParserTest, SlicesAndCalls) {
+  absl::StatusOr<Body> body = ParseText("{{ m[1:] }}{{ m[::-1] }}{{ s.split(',', 1) }}");
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(OutputExpr(*body).kind, Expr::Kind::kSlice);
+  EXPECT_EQ((*body)[1]->expr->args[3]->kind, Expr::Kind::kUnary);
+  EXPECT_EQ((*body)[2]->expr->kind, Expr::Kind::kCall);
+}
+
+TEST(ParserTest, UnsupportedConstructsNameLineAndConstruct) {
+  EXPECT_THAT(ErrorOf("a\n{{ x | wordwrap }}"), HasSubstr("line 2: unsupported filter 'wordwrap'"));
+  EXPECT_THAT(ErrorOf("{{ x is escaped }}"), HasSubstr("unsupported test 'escaped'"));
+  EXPECT_THAT(ErrorOf("{% include 'x' %}"), HasSubstr("unsupported tag 'include'"));
+  EXPECT_THAT(ErrorOf("{% extends 'x' %}"), HasSubstr("unsupported tag 'extends'"));
+  EXPECT_THAT(ErrorOf("{% frobnicate %}"), HasSubstr("unknown tag 'frobnicate'"));
+  EXPECT_THAT(ErrorOf("{{ xs.append(1) }}"), HasSubstr("unsupported method 'append'"));
+  EXPECT_THAT(ErrorOf("\n\n{{ cycler(1) }}"), HasSubstr("line 3: unsupported function 'cycler'"));
+  EXPECT_THAT(ErrorOf("{% for x in xs recursive %}{% endfor %}"), HasSubstr("recursive"));
+  EXPECT_THAT(ErrorOf("{{ f(*args) }}"), HasSubstr("unpacking"));
+  EXPECT_THAT(ErrorOf("{% macro m() %}{{ varargs }}{% endmacro %}"),
+              HasSubstr("unsupported special name 'varargs'"));
+  EXPECT_THAT(ErrorOf("{{ loop.changed(x) }}"), HasSubstr("unsupported method 'changed'"));
+}
+
+TEST(ParserTest, DefinedFunctionsMayBeCalled) {
+  EXPECT_TRUE(ParseText("{{ m() }}{% macro m() %}{% endmacro %}").ok());
+  EXPECT_TRUE(ParseText("{{ raise_exception('x') }}{{ namespace(a=1) }}{{ range(3) }}").ok());
+}
+
+TEST(ParserTest, SyntaxErrors) {
+  EXPECT_THAT(ErrorOf("{% if x %}"), HasSubstr("unexpected end of template"));
+  EXPECT_THAT(ErrorOf("{% endif %}"), HasSubstr("unexpected 'endif'"));
+  EXPECT_THAT(ErrorOf("{% for x of y %}{% endfor %}"), HasSubstr("expected 'in'"));
+  EXPECT_THAT(ErrorOf("{{ (1 }}"), HasSubstr("expected ')'"));
+  EXPECT_THAT(ErrorOf("{% break %}"), HasSubstr("outside of a loop"));
+  // A call block's body is a function: the loop around it is not its loop.
+  EXPECT_THAT(ErrorOf("{% macro w() %}{{ caller() }}{% endmacro %}{% for i in [1] %}"
+                      "{% call w() %}{% continue %}{% endcall %}{% endfor %}"),
+              HasSubstr("outside of a loop"));
+  EXPECT_THAT(ErrorOf("{{ }}"), HasSubstr("unexpected"));
+}
+
+}  // namespace
+}  // namespace verdict::jinja
