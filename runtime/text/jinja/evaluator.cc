@@ -622,7 +622,10 @@ class Renderer {
       scope->Set(node.params[i].name, args.positional[i]);
       bound[i] = true;
     }
-    for (const auto& [key, value] : args.keyword) {
+    for (const auto& keyword : args.keyword) {
+      // Named, not a structured binding: the lambda below captures it.
+      const std::string& key = keyword.first;
+      const Value& value = keyword.second;
       if (key == "caller") {
         scope->Set("caller", value);
         continue;

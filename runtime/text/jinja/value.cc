@@ -274,6 +274,8 @@ void AppendUtf8(uint32_t cp, std::string* out) {
   }
 }
 
+size_t Dict::size() const { return entries_.size(); }
+
 const Value* Dict::Find(const Value& key) const {
   for (const auto& [k, v] : entries_) {
     if (Equals(k, key)) return &v;

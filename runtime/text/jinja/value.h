@@ -30,7 +30,7 @@ class Dict {
   // Replaces the value of an existing key in place, else appends.
   void Set(Value key, Value value);
   const std::vector<std::pair<Value, Value>>& entries() const { return entries_; }
-  size_t size() const { return entries_.size(); }
+  size_t size() const;  // out of line: Value is incomplete here
 
  private:
   std::vector<std::pair<Value, Value>> entries_;
