@@ -121,9 +121,20 @@ def main():
         last = json.loads(data[-2])
         if "error" not in last:
             raise AssertionError(f"no error event before [DONE]: {data[-2]}")
+        # mpirun resumes the stopped rank (SIGCONT, then SIGTERM and SIGKILL)
+        # and may return a moment before that process is gone.
+        def running(pid):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except OSError:
+                return False
+        while any(running(pid) for pid in ranks.values()) and time.time() < start + EXIT_WITHIN:
+            time.sleep(0.1)
         for rank, pid in ranks.items():
-            if os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z":
-                raise AssertionError(f"rank {rank} (pid {pid}) still runs")
+            if running(pid):
+                raise AssertionError(f"rank {rank} (pid {pid}) still runs {EXIT_WITHIN} s after "
+                                     f"rank 1 stalled")
         log.seek(0)
         text = log.read()
         if "verdict serve (rank 0): the engine stopped at decode step" not in text:
