@@ -72,7 +72,8 @@ uint64_t SampleRow(const DraftSampleInputs& in, int32_t row, std::vector<float>&
   const float temperature = in.temperatures[row];
   const int32_t top_k = in.top_ks[row];
   const float top_p = in.top_ps[row];
-  if (const DraftParam bad = draft_internal::BadParam(temperature, top_k, top_p);
+  const float min_p = draft_internal::MinPOf(in, row);
+  if (const DraftParam bad = draft_internal::BadParam(temperature, top_k, top_p, min_p);
       bad != DraftParam::kNone) {
     return ErrorKey(row, DraftErrorCode::kBadSamplingParams, static_cast<uint32_t>(bad));
   }
@@ -103,8 +104,10 @@ uint64_t SampleRow(const DraftSampleInputs& in, int32_t row, std::vector<float>&
     return 0;
   }
 
-  float threshold = kNegInf;
-  if (draft_internal::TopKActive(top_k, v_size)) threshold = TopKThreshold(z, top_k);
+  float threshold = MinPThreshold(row_max, min_p);
+  if (draft_internal::TopKActive(top_k, v_size)) {
+    threshold = std::max(threshold, TopKThreshold(z, top_k));
+  }
   uint64_t mass = KeptMass(z, row_max, threshold);
   if (top_p < 1.0f) {
     threshold = TopPThreshold(z, row_max, threshold, mass, top_p);
@@ -149,7 +152,9 @@ absl::Status DraftErrorStatus(const DraftErrorRecord& record) {
                               ? "temperature (must be finite and >= 0)"
                           : detail == static_cast<uint32_t>(DraftParam::kTopK)
                               ? "top_k (must be >= 0)"
-                              : "top_p (must be in (0, 1])";
+                          : detail == static_cast<uint32_t>(DraftParam::kTopP)
+                              ? "top_p (must be in (0, 1])"
+                              : "min_p (must be in [0, 1])";
       what = absl::StrCat("bad sampling parameter: ", param);
       break;
     }

@@ -594,9 +594,10 @@ struct Kept {
 
 // Pass 3: the top-k / top-p threshold and the mass of the ids it keeps.
 __device__ Kept Thresholds(const RowView& row, const Scan& scan, unsigned long long total,
-                           int32_t top_k, float top_p, Shared& s) {
+                           int32_t top_k, float top_p, float min_p, Shared& s) {
   const bool top_k_on = draft_internal::TopKActive(top_k, row.size);
   const bool top_p_on = top_p < 1.0f;
+  const float min_p_threshold = MinPThreshold(scan.row_max, min_p);
   const RowSource whole{row};
   // The near-the-top set j (j == kPivots: the whole row) and its size.
   const auto floor_of = [&](int j) {
@@ -609,6 +610,10 @@ __device__ Kept Thresholds(const RowView& row, const Scan& scan, unsigned long l
   Kept kept{kNegInf, total};
   bool listed = false;  // s.candidates holds every id with z >= kept.threshold
   ListSource list{nullptr, 0};
+  if (min_p_threshold > kNegInf && !top_k_on) {
+    kept.threshold = min_p_threshold;
+    kept.mass = KeptMass(whole, kept.threshold, scan.row_max, s);
+  }
   if (top_k_on) {
     // The smallest set with k ids holds the top k.
     int j = 0;
@@ -618,7 +623,8 @@ __device__ Kept Thresholds(const RowView& row, const Scan& scan, unsigned long l
       listed = true;
     }
     const Selection selection = listed ? SelectTopK(list, top_k, s) : SelectTopK(whole, top_k, s);
-    kept.threshold = selection.threshold;
+    // Min-p and top-k both keep an upper set: the kept set is the smaller.
+    kept.threshold = max(selection.threshold, min_p_threshold);
     if (!listed && top_p_on && selection.count_ge <= kCandidateCap) {
       list = CopyCandidates(row, kept.threshold, s);
       listed = true;
@@ -631,10 +637,11 @@ __device__ Kept Thresholds(const RowView& row, const Scan& scan, unsigned long l
     if (!top_k_on) {
       // No id below a set whose mass reaches the limit is kept: its mass
       // above is at least that set's.
+      // With min-p, the kept set itself (mass >= limit) bounds it too.
       int j = 0;
       while (j < kPivots && !(FixedToDouble(s.pivot_mass[j]) >= limit)) ++j;
       if (count_of(j) <= kCandidateCap) {
-        list = CopyCandidates(row, floor_of(j), s);
+        list = CopyCandidates(row, max(floor_of(j), kept.threshold), s);
         listed = true;
       }
     }
@@ -708,7 +715,8 @@ __device__ uint64_t SampleRow(const KernelArgs& a, int32_t row, Shared& s) {
   const float temperature = in.temperatures[row];
   const int32_t top_k = in.top_ks[row];
   const float top_p = in.top_ps[row];
-  const DraftParam bad = draft_internal::BadParam(temperature, top_k, top_p);
+  const float min_p = draft_internal::MinPOf(in, row);
+  const DraftParam bad = draft_internal::BadParam(temperature, top_k, top_p, min_p);
   if (bad != DraftParam::kNone) {
     return draft_internal::ErrorKey(row, DraftErrorCode::kBadSamplingParams,
                                     static_cast<uint32_t>(bad));
@@ -725,7 +733,7 @@ __device__ uint64_t SampleRow(const KernelArgs& a, int32_t row, Shared& s) {
   }
   const bool greedy = temperature == 0.0f;
   const bool pivots =
-      !greedy && (draft_internal::TopKActive(top_k, in.vocab_size) || top_p < 1.0f);
+      !greedy && draft_internal::FiltersActive(top_k, top_p, min_p, in.vocab_size);
   const unsigned long long total =
       MassPass(view, WholeRow(view), scan, pivots, greedy, probs, a.vector_probs, s);
   if (greedy) {
@@ -735,7 +743,7 @@ __device__ uint64_t SampleRow(const KernelArgs& a, int32_t row, Shared& s) {
     }
     return 0;
   }
-  const Kept kept = Thresholds(view, scan, total, top_k, top_p, s);
+  const Kept kept = Thresholds(view, scan, total, top_k, top_p, min_p, s);
   const int32_t token = ProposalPass(view, WholeRow(view), scan, kept, in.seeds[row],
                                      in.positions[row], probs, a.vector_probs, s)
                             .id;
@@ -811,14 +819,15 @@ __device__ uint64_t SampleSplitRow(const KernelArgs& a, int32_t row, cg::cluster
   const float temperature = in.temperatures[row];
   const int32_t top_k = in.top_ks[row];
   const float top_p = in.top_ps[row];
-  const DraftParam bad = draft_internal::BadParam(temperature, top_k, top_p);
+  const float min_p = draft_internal::MinPOf(in, row);
+  const DraftParam bad = draft_internal::BadParam(temperature, top_k, top_p, min_p);
   if (bad != DraftParam::kNone) {
     return rank != 0 ? 0
                      : draft_internal::ErrorKey(row, DraftErrorCode::kBadSamplingParams,
                                                 static_cast<uint32_t>(bad));
   }
   const bool greedy = temperature == 0.0f;
-  if (!greedy && (draft_internal::TopKActive(top_k, in.vocab_size) || top_p < 1.0f)) {
+  if (!greedy && draft_internal::FiltersActive(top_k, top_p, min_p, in.vocab_size)) {
     // The thresholds' radix rounds are one CTA's.
     return rank == 0 ? SampleRow(a, row, s) : 0;
   }

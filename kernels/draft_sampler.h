@@ -4,8 +4,10 @@
 // that the acceptance estimator scores (seed 002: the max of the draft
 // distribution at the request's temperature, temperature 1 for greedy rows).
 //
-// p is the draft's processed distribution: z = logit * (1 / T), top-k keeps
-// ids with z >= the k-th largest z (ties at the k-th value kept), top-p then
+// p is the draft's processed distribution: z = logit * (1 / T), min-p keeps
+// ids with z >= max z + log(min_p) (sampling_math::MinPThreshold, as the
+// verify sampler), top-k keeps ids with z >= the k-th largest z (ties at the
+// k-th value kept; with min-p, the smaller of the two upper sets), top-p then
 // keeps the smallest set of largest ids whose mass reaches top_p (ties kept
 // together): the ids whose value v has mass(z > v) < top_p * mass(top-k
 // set), p = softmax over the kept ids. Masses are sums of exp(z - max z) in
@@ -43,6 +45,7 @@ struct DraftSampleInputs {
   const float* top_ps = nullptr;    // 1 = off
   const uint64_t* seeds = nullptr;
   const int64_t* positions = nullptr;
+  const float* min_ps = nullptr;  // optional; 0 = off
 };
 
 // Why a row was refused. Of several errors the first row's is reported, and
@@ -54,8 +57,8 @@ enum class DraftErrorCode : uint32_t {
 };
 
 // The sampling parameter a kBadSamplingParams error names: temperature must
-// be finite and >= 0, top_k >= 0, top_p in (0, 1].
-enum class DraftParam : uint32_t { kNone = 0, kTemperature = 1, kTopK = 2, kTopP = 3 };
+// be finite and >= 0, top_k >= 0, top_p in (0, 1], min_p in [0, 1].
+enum class DraftParam : uint32_t { kNone = 0, kTemperature = 1, kTopK = 2, kTopP = 3, kMinP = 4 };
 
 // `key` packs (row + 1) << 40 | code << 32 | detail; 0 when every row is fine.
 struct DraftErrorRecord {

@@ -34,13 +34,18 @@ VERDICT_HD DraftErrorCode ErrorCode(uint64_t key) {
 VERDICT_HD uint32_t ErrorDetail(uint64_t key) { return static_cast<uint32_t>(key); }
 
 // Which sampling parameter of a row is unusable (DraftParam), or kNone.
-VERDICT_HD DraftParam BadParam(float temperature, int32_t top_k, float top_p) {
+VERDICT_HD DraftParam BadParam(float temperature, int32_t top_k, float top_p, float min_p) {
   if (!(temperature >= 0.0f) || !sampling_math::IsFinite(temperature)) {
     return DraftParam::kTemperature;
   }
   if (top_k < 0) return DraftParam::kTopK;
   if (!(top_p > 0.0f && top_p <= 1.0f)) return DraftParam::kTopP;
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return DraftParam::kMinP;
   return DraftParam::kNone;
+}
+
+VERDICT_HD float MinPOf(const DraftSampleInputs& in, int32_t row) {
+  return in.min_ps != nullptr ? in.min_ps[row] : 0.0f;
 }
 
 // Greedy rows score their signal at temperature 1 (seed 002).
@@ -51,6 +56,11 @@ VERDICT_HD float RowInverseTemperature(float temperature) {
 // Top-k is on for 0 < k < vocabulary (k >= vocabulary keeps every id).
 VERDICT_HD bool TopKActive(int32_t top_k, int32_t vocab_size) {
   return top_k > 0 && top_k < vocab_size;
+}
+
+// Whether a non-greedy row filters its distribution (top-k, top-p or min-p).
+VERDICT_HD bool FiltersActive(int32_t top_k, float top_p, float min_p, int32_t vocab_size) {
+  return TopKActive(top_k, vocab_size) || top_p < 1.0f || min_p > 0.0f;
 }
 
 // exp(z - max) in 2^-40 fixed point: the unit every mass (the softmax

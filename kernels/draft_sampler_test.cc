@@ -13,7 +13,7 @@ namespace verdict {
 namespace {
 
 struct Rows {
-  std::vector<float> logits, temperatures, top_ps;
+  std::vector<float> logits, temperatures, top_ps, min_ps;
   std::vector<int32_t> top_ks;
   std::vector<uint64_t> seeds;
   std::vector<int64_t> positions;
@@ -25,16 +25,19 @@ struct Rows {
     tokens.assign(n, -1);
     probs.assign(static_cast<size_t>(n) * vocab, -1.0f);
     signals.assign(n, -1.0f);
-    DraftSampleInputs in{n, vocab, logits.data(), temperatures.data(), top_ks.data(),
-                         top_ps.data(), seeds.data(), positions.data()};
+    DraftSampleInputs in{n,           vocab,         logits.data(),    temperatures.data(),
+                         top_ks.data(), top_ps.data(), seeds.data(), positions.data(),
+                         min_ps.data()};
     DraftSampleOutputs out{tokens.data(), probs.data(), signals.data()};
     return DraftSampleCpu(in, &out);
   }
-  void Add(const std::vector<float>& row, float t, int k, float p, uint64_t seed, int64_t pos) {
+  void Add(const std::vector<float>& row, float t, int k, float p, uint64_t seed, int64_t pos,
+           float min_p = 0.0f) {
     logits.insert(logits.end(), row.begin(), row.end());
     temperatures.push_back(t);
     top_ks.push_back(k);
     top_ps.push_back(p);
+    min_ps.push_back(min_p);
     seeds.push_back(seed);
     positions.push_back(pos);
   }
@@ -68,6 +71,35 @@ TEST(DraftSamplerTest, TopKAndTopPShapeTheDistribution) {
   }
   EXPECT_EQ(rows.probs[8], 1.0f);
   EXPECT_EQ(rows.tokens[2], 0);
+}
+
+// Min-p keeps p >= min_p * p_max and comes before top-p (vLLM's order): over
+// q = [0.4, 0.25, 0.2, 0.1, 0.05], min_p 0.3 keeps {0.4, 0.25, 0.2}; top-p
+// 0.7 over that set (limit 0.595) then drops 0.2 (mass above it 0.65),
+// where top-p over the whole row (limit 0.7) would have kept it.
+TEST(DraftSamplerTest, MinPKeepsTheIdsNearTheMaximumBeforeTopP) {
+  Rows rows;
+  std::vector<float> logits;
+  for (const double q : {0.4, 0.25, 0.2, 0.1, 0.05}) logits.push_back(std::log(q));
+  rows.Add(logits, 1.0f, 0, 1.0f, 1, 0, 0.3f);
+  rows.Add(logits, 1.0f, 0, 0.7f, 1, 0, 0.3f);
+  rows.Add(logits, 1.0f, 2, 1.0f, 1, 0, 0.3f);  // top-k 2 is the smaller set
+  rows.Add(logits, 1.0f, 0, 1.0f, 1, 0, 1.0f);  // the maximum alone
+  ASSERT_TRUE(rows.Run(5).ok());
+  const std::vector<std::vector<double>> expected = {{0.4 / 0.85, 0.25 / 0.85, 0.2 / 0.85, 0, 0},
+                                                     {0.4 / 0.65, 0.25 / 0.65, 0, 0, 0},
+                                                     {0.4 / 0.65, 0.25 / 0.65, 0, 0, 0},
+                                                     {1, 0, 0, 0, 0}};
+  for (int r = 0; r < 4; ++r) {
+    for (int i = 0; i < 5; ++i) {
+      if (expected[r][i] == 0) {
+        EXPECT_EQ(rows.probs[r * 5 + i], 0.0f) << "row " << r << " id " << i;
+      } else {
+        EXPECT_NEAR(rows.probs[r * 5 + i], expected[r][i], 1e-6) << "row " << r << " id " << i;
+      }
+    }
+    EXPECT_GT(expected[r][rows.tokens[r]], 0.0) << "row " << r;
+  }
 }
 
 // The proposal follows p: chi-square over 20,000 positions of one row at
@@ -182,6 +214,14 @@ TEST(DraftSamplerTest, BadParameterIsNamed) {
   const absl::Status s = DraftSampleCpu(in, &out);
   EXPECT_EQ(s.message(), "draft sampler: row 2: bad sampling parameter: top_k (must be >= 0)");
   EXPECT_EQ(DraftErrorStatus(record), s);
+
+  for (const float min_p : {-0.1f, 1.5f, NAN}) {
+    Rows bad;
+    bad.Add({0.0f, 1.0f}, 1.0f, 0, 1.0f, 1, 0, min_p);
+    EXPECT_EQ(bad.Run(2).message(),
+              "draft sampler: row 0: bad sampling parameter: min_p (must be in [0, 1])")
+        << min_p;
+  }
 }
 
 }  // namespace

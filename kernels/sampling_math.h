@@ -266,6 +266,15 @@ VERDICT_HD float InverseTemperature(float temperature) {
   return temperature > 0.0f ? FDiv(1.0f, temperature) : 1.0f;
 }
 
+// The min-p threshold of a row: keep the ids with z >= max z + log(min_p),
+// i.e. p >= min_p * p_max up to the rounding of the log (the ids at the
+// maximum are always kept). min_p = 0 is off (-inf: every id passes).
+VERDICT_HD float MinPThreshold(float row_max, float min_p) {
+  if (!(min_p > 0.0f)) return kNegInf;
+  const float t = FAdd(row_max, LogPositive(min_p));
+  return t < row_max ? t : row_max;
+}
+
 // bfloat16 bits to float (exact).
 VERDICT_HD float BFloat16ToFloat(uint16_t bits) {
   return BitsToFloat(static_cast<uint32_t>(bits) << 16);

@@ -35,7 +35,7 @@ A request:
  "draft_probs": [[V numbers], ...]  (one row per draft) or
  "draft_topk": [[[id, p], ...], ...]  (sparse; other ids have p = 0),
  optional: "temperature" (1; 0 = greedy), "top_k" (0 = off),
- "top_p" (1 = off), "seed" (0), "position" (0),
+ "top_p" (1 = off), "min_p" (0 = off), "seed" (0), "position" (0),
  "verify_len" (-1 = all drafts; the planned length for cap-accept),
  "stop_token_ids" ([]), "golden_token_ids" (one per row, -1 = none).
 Integer fields take JSON integers that fit the field (5, not 5.0); numbers
@@ -308,6 +308,7 @@ absl::StatusOr<std::unique_ptr<HostVerifyStep>> ParseVerifyCase(const json& c) {
     for (absl::Status s : {ReadNumber(r, "temperature", where, path, &req.temperature),
                            ReadNumber(r, "top_k", where, path, &req.top_k),
                            ReadNumber(r, "top_p", where, path, &req.top_p),
+                           ReadNumber(r, "min_p", where, path, &req.min_p),
                            ReadNumber(r, "seed", where, path, &req.seed),
                            ReadNumber(r, "position", where, path, &req.position),
                            ReadNumber(r, "verify_len", where, path, &req.verify_len)}) {

@@ -186,7 +186,10 @@ class RowSampler {
         candidate = raw ? s.draft : argmax;
       }
     } else {
-      if (s.top_k > 0 && s.top_k < allowed) threshold = TopKThreshold(z_, s.top_k);
+      threshold = MinPThreshold(row_max, s.min_p);
+      if (s.top_k > 0 && s.top_k < allowed) {
+        threshold = std::max(threshold, TopKThreshold(z_, s.top_k));
+      }
       mass = KeptMass(z_, row_max, threshold);
       if (s.top_p < 1.0f) {
         threshold = TopPThreshold(z_, row_max, threshold, mass, s.top_p);
@@ -342,7 +345,7 @@ absl::Status VerifyErrorStatus(const VerifyErrorRecord& record) {
       what = "rows are not packed (first_token_positions / seqlen_q / total_q disagree)";
       break;
     case VerifyErrorCode::kBadSamplingParams:
-      what = "bad sampling parameters (temperature must be finite and >= 0, top_p > 0)";
+      what = "bad sampling parameters (temperature must be finite and >= 0, top_p > 0, min_p in [0, 1])";
       break;
     case VerifyErrorCode::kStopTokenOutOfRange:
       what = "stop token ids out of range or bad stop_token_offsets";

@@ -144,6 +144,7 @@ struct Broadcast {
   float inv_temperature;
   int32_t top_k;
   float top_p;
+  float min_p;
   unsigned long long seed;
   long long position;
   int32_t draft;
@@ -602,6 +603,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       // top-k are SamplingOf's, read above).
       const RowSetup s = verify_internal::SetupLocatedRow(in, row, b.info);
       b.top_p = s.top_p;
+      b.min_p = s.min_p;
       b.seed = s.seed;
       b.position = s.position;
       b.draft = s.draft;
@@ -792,8 +794,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
 
     unsigned long long mass = b.mass;
     if (!b.greedy) {
+      // Min-p: a threshold relative to the row maximum.
+      threshold = MinPThreshold(row_max, b.min_p);
+      const bool top_k_on = b.top_k > 0 && b.top_k < b.allowed;
+      if (threshold > kNegInf && !top_k_on) mass = cluster_kept_mass(threshold);
       // Top-k: the k-th largest z, by radix selection on order keys.
-      if (b.top_k > 0 && b.top_k < b.allowed) {
+      if (top_k_on) {
         if (tid == 0) {
           b.prefix = 0;
           b.remaining = static_cast<uint32_t>(b.top_k);
@@ -813,7 +819,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
           }
           __syncthreads();
         }
-        threshold = FromOrderKey(b.prefix);
+        // Min-p and top-k both keep an upper set: the kept set is the smaller.
+        threshold = fmaxf(threshold, FromOrderKey(b.prefix));
         mass = cluster_kept_mass(threshold);
       }
       if (b.top_p < 1.0f) {

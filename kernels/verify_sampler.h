@@ -21,9 +21,13 @@
 //  * The processed target distribution q of a row: z = logit * (1 / T); ids
 //    whose bit is 0 in the row's structured-output bitmask get z = -inf; top-k
 //    keeps the ids with z >= the k-th largest z (ties at the threshold are all
-//    kept); top-p then keeps the ids whose value v has
-//    mass(z > v) < top_p * mass(top-k set) (ties kept together, the largest
-//    value always kept); q = softmax over the kept ids. Weights are
+//    kept); min-p keeps the ids with z >= max z + log(min_p)
+//    (sampling_math::MinPThreshold: p >= min_p * p_max, vLLM's rule, applied
+//    after temperature); top-k and min-p both keep an upper set of values, so
+//    the kept set after both is the smaller of the two; top-p then keeps the
+//    ids of that set whose value v has mass(z > v) < top_p * mass(set) (ties
+//    kept together, the largest value always kept); q = softmax over the
+//    kept ids. Weights are
 //    exp(z - max z) in 2^-40 fixed point (kernels/sampling_math.h). The
 //    mass of a set of ids is summed by tiles of 1024 ids, each relative to
 //    its own maximum and then rescaled to the row's
@@ -142,10 +146,11 @@ struct VerifyInputs {
   int32_t draft_topk = 0;
 
   // Optional sampling parameters [num_requests]: temperature (1; 0 = greedy),
-  // top_k (0 = off), top_p (1 = off), seed (0).
+  // top_k (0 = off), top_p (1 = off), min_p (0 = off), seed (0).
   const float* temperatures = nullptr;
   const int32_t* top_ks = nullptr;
   const float* top_ps = nullptr;
+  const float* min_ps = nullptr;
   const uint64_t* seeds = nullptr;
 
   // Optional structured-output bitmasks: mask m applies to row

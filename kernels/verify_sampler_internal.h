@@ -52,9 +52,18 @@ VERDICT_HD float Temperature(const VerifyInputs& in, int r) {
 }
 VERDICT_HD int32_t TopK(const VerifyInputs& in, int r) { return in.top_ks ? in.top_ks[r] : 0; }
 VERDICT_HD float TopP(const VerifyInputs& in, int r) { return in.top_ps ? in.top_ps[r] : 1.0f; }
+VERDICT_HD float MinP(const VerifyInputs& in, int r) { return in.min_ps ? in.min_ps[r] : 0.0f; }
 VERDICT_HD uint64_t Seed(const VerifyInputs& in, int r) { return in.seeds ? in.seeds[r] : 0; }
 VERDICT_HD int64_t Position(const VerifyInputs& in, int r) {
   return in.positions ? in.positions[r] : 0;
+}
+
+// Temperature finite and >= 0, top_p > 0, min_p in [0, 1].
+VERDICT_HD bool SamplingParamsUsable(const VerifyInputs& in, int r) {
+  const float t = Temperature(in, r);
+  const float min_p = MinP(in, r);
+  return t >= 0.0f && sampling_math::IsFinite(t) && TopP(in, r) > 0.0f && min_p >= 0.0f &&
+         min_p <= 1.0f;
 }
 
 // Planned verify length L in [0, seqlen_q - 1].
@@ -127,9 +136,7 @@ VERDICT_HD uint64_t CheckRequest(const VerifyInputs& in, int r) {
       ftp + seqlen > in.total_q) {
     return ErrorKey(-1, VerifyErrorCode::kBadLayout, detail);
   }
-  const float t = Temperature(in, r);
-  const float top_p = TopP(in, r);
-  if (!(t >= 0.0f) || !sampling_math::IsFinite(t) || !(top_p > 0.0f)) {
+  if (!SamplingParamsUsable(in, r)) {
     return ErrorKey(-1, VerifyErrorCode::kBadSamplingParams, detail);
   }
   if (in.stop_token_offsets) {
@@ -200,8 +207,7 @@ VERDICT_HD RowInfo LocateRowIn(const VerifyInputs& in, int32_t row, int32_t r) {
   const int64_t k = static_cast<int64_t>(row) - in.first_token_positions[r];
   const int32_t seqlen = in.seqlen_q[r];
   if (k < 0 || k >= seqlen) return info;
-  const float t = Temperature(in, r);
-  if (!(t >= 0.0f) || !sampling_math::IsFinite(t) || !(TopP(in, r) > 0.0f)) return info;
+  if (!SamplingParamsUsable(in, r)) return info;
   info.request = r;
   info.local_step = static_cast<int32_t>(k);
   const int32_t verify_len = VerifyLength(in, r);
@@ -228,6 +234,7 @@ struct RowSetup {
   float inv_temperature = 1.0f;
   int32_t top_k = 0;
   float top_p = 1.0f;
+  float min_p = 0.0f;
   uint64_t seed = 0;
   int64_t position = 0;  // absolute position of this row
   int32_t draft = -1;    // verify rows
@@ -260,6 +267,7 @@ VERDICT_HD RowSetup SetupLocatedRow(const VerifyInputs& in, int32_t row, const R
   s.inv_temperature = sampling.inv_temperature;
   s.top_k = sampling.top_k;
   s.top_p = TopP(in, r);
+  s.min_p = MinP(in, r);
   s.seed = Seed(in, r);
   s.position = Position(in, r) + s.info.local_step;
   const int32_t v = in.vocab_size;

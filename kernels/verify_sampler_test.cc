@@ -770,6 +770,66 @@ TEST(VerifySamplerTest, TopKKeepsTiesAndTopPKeepsTheSmallestPrefix) {
   ExpectFollows(counts, {5.0 / 8, 3.0 / 8, 0, 0}, n, "top-p");
 }
 
+// Min-p keeps q >= min_p * q_max before top-k and top-p (vLLM's order), and
+// a rejected draft samples the residual over the kept set. Over q = [0.4,
+// 0.25, 0.2, 0.1, 0.05], min_p 0.3 keeps {0.4, 0.25, 0.2}; with top-p 0.7
+// the walk's limit is 0.7 of that set's mass (0.595), so 0.2 (0.65 above
+// it) goes too, which top-p over the whole row would have kept.
+TEST(VerifySamplerTest, MinPKeptSetAndTheResidualOverIt) {
+  const std::vector<double> q = {0.4, 0.25, 0.2, 0.1, 0.05};
+  const std::vector<double> p = {0.1, 0.1, 0.1, 0.35, 0.35};
+  struct Case {
+    float min_p, top_p;
+    int32_t top_k;
+    std::vector<double> kept;
+  };
+  const std::vector<Case> cases = {
+      {0.3f, 1.0f, 0, Normalised({0.4, 0.25, 0.2, 0, 0})},
+      {0.3f, 0.7f, 0, Normalised({0.4, 0.25, 0, 0, 0})},
+      {0.3f, 1.0f, 4, Normalised({0.4, 0.25, 0.2, 0, 0})},  // min-p is the smaller set
+      {0.11f, 1.0f, 2, Normalised({0.4, 0.25, 0, 0, 0})},   // top-k is
+  };
+  const int64_t n = 30000;
+  std::mt19937_64 gen(77);
+  for (const Case& c : cases) {
+    const std::string what = absl::StrCat("min_p ", c.min_p, " top_p ", c.top_p, " top_k ", c.top_k);
+    HostVerifyStep step(5, SamplerConfig{.nextn = 1});
+    for (int64_t t = 0; t < n; ++t) {
+      VerifyRequest r;
+      r.logits = {LogitsOf(q), LogitsOf(q)};
+      r.draft_token_ids = {SampleFrom(p, gen)};
+      r.draft_probs = {ToFloat(p)};
+      r.min_p = c.min_p;
+      r.top_p = c.top_p;
+      r.top_k = c.top_k;
+      r.seed = static_cast<uint64_t>(t) * 7919u;
+      step.Add(r);
+    }
+    const HostVerifyOutputs out = RunCpu(step);
+    std::vector<double> residual(5);
+    for (int i = 0; i < 5; ++i) residual[i] = std::max(0.0, c.kept[i] - p[i]);
+    residual = Normalised(residual);
+    std::vector<int64_t> first(5, 0), rejected(5, 0);
+    int64_t rejections = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      const std::vector<int32_t> tokens = EmittedTokens(step, out, static_cast<int32_t>(t));
+      ++first[tokens[0]];
+      if (out.last_valid_offset[t] == 0) {
+        ++rejected[out.sampled_token_ids[t]];
+        ++rejections;
+      }
+      const int32_t row = static_cast<int32_t>(2 * t);
+      if (out.raw_accept[row] == 0) {
+        const double kept_q = c.kept[out.candidate_token_ids[row]];
+        EXPECT_NEAR(out.token_logprobs[row], std::log(kept_q), 1e-5) << what;
+      }
+    }
+    ExpectFollows(first, c.kept, n, what + ": emitted");
+    ASSERT_GT(rejections, 1000) << what;
+    ExpectFollows(rejected, residual, rejections, what + ": residual");
+  }
+}
+
 TEST(VerifySamplerTest, TemperatureSharpensTheTarget) {
   const int64_t n = 10000;
   HostVerifyStep step(3, SamplerConfig{.nextn = 0});
@@ -1159,6 +1219,15 @@ TEST_F(VerifySamplerErrorTest, BadParamsAndMasks) {
   step_.temperatures()[0] = -1.0f;
   EXPECT_THAT(RunStatus(step_.Inputs()).message(), HasSubstr("request 0: bad sampling"));
   step_.temperatures()[0] = 1.0f;
+  for (const float min_p : {-0.5f, 1.01f, NAN}) {
+    HostVerifyStep bad(16, SamplerConfig{.nextn = 0});
+    VerifyRequest b;
+    b.logits = {Peak(16, 1)};
+    b.min_p = min_p;
+    bad.Add(b);
+    EXPECT_THAT(RunStatus(bad.Inputs()).message(), HasSubstr("request 0: bad sampling"))
+        << min_p;
+  }
   HostVerifyStep masked(16, SamplerConfig{.nextn = 1});
   VerifyRequest r;
   r.logits = {Peak(16, 1), Peak(16, 2)};

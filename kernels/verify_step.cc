@@ -31,6 +31,7 @@ int32_t HostVerifyStep::Add(const VerifyRequest& request) {
   temperatures_.push_back(request.temperature);
   top_ks_.push_back(request.top_k);
   top_ps_.push_back(request.top_p);
+  min_ps_.push_back(request.min_p);
   seeds_.push_back(request.seed);
   for (int32_t k = 0; k < seqlen; ++k) {
     std::vector<float> row = request.logits[k];
@@ -109,6 +110,7 @@ VerifyInputs HostVerifyStep::Inputs() const {
   in.temperatures = temperatures_.data();
   in.top_ks = top_ks_.data();
   in.top_ps = top_ps_.data();
+  in.min_ps = min_ps_.data();
   in.seeds = seeds_.data();
   in.num_bitmasks = static_cast<int32_t>(mask_requests_.size());
   if (in.num_bitmasks > 0) {

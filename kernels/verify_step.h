@@ -26,6 +26,7 @@ struct VerifyRequest {
   float temperature = 1.0f;
   int32_t top_k = 0;
   float top_p = 1.0f;
+  float min_p = 0.0f;
   uint64_t seed = 0;
   int64_t position = 0;
   int32_t verify_len = -1;
@@ -77,6 +78,7 @@ class HostVerifyStep {
   const std::vector<int32_t>& verify_lens() const { return verify_lens_; }
   const std::vector<int32_t>& top_ks() const { return top_ks_; }
   const std::vector<float>& top_ps() const { return top_ps_; }
+  const std::vector<float>& min_ps() const { return min_ps_; }
   const std::vector<uint64_t>& seeds() const { return seeds_; }
   const std::vector<int32_t>& stop_token_offsets() const { return stop_offsets_; }
   bool sparse() const { return sparse_; }
@@ -99,7 +101,7 @@ class HostVerifyStep {
   std::vector<std::vector<std::pair<int32_t, float>>> topk_lists_;
   std::vector<int32_t> topk_ids_;
   std::vector<float> topk_probs_;
-  std::vector<float> temperatures_, top_ps_;
+  std::vector<float> temperatures_, top_ps_, min_ps_;
   std::vector<uint64_t> seeds_;
   std::vector<int32_t> mask_requests_, mask_steps_;
   std::vector<uint32_t> mask_bits_;

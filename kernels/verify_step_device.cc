@@ -60,6 +60,7 @@ absl::StatusOr<std::unique_ptr<DeviceVerifyStep>> DeviceVerifyStep::Create(
   VERDICT_ASSIGN_OR_RETURN(d.temperatures, b.Upload(m.temperatures()));
   VERDICT_ASSIGN_OR_RETURN(d.top_ks, b.Upload(host.top_ks()));
   VERDICT_ASSIGN_OR_RETURN(d.top_ps, b.Upload(host.top_ps()));
+  VERDICT_ASSIGN_OR_RETURN(d.min_ps, b.Upload(host.min_ps()));
   VERDICT_ASSIGN_OR_RETURN(d.seeds, b.Upload(host.seeds()));
   if (h.num_bitmasks > 0) {
     VERDICT_ASSIGN_OR_RETURN(d.bitmask_request_indices, b.Upload(host.bitmask_request_indices()));
