@@ -35,6 +35,7 @@ struct RowParams {
   float temperature;
   int32_t top_k;
   float top_p;
+  float min_p = 0.0f;
 };
 
 struct Batch {
@@ -45,13 +46,15 @@ struct Batch {
   std::vector<float> top_ps;
   std::vector<uint64_t> seeds;
   std::vector<int64_t> positions;
+  std::vector<float> min_ps;
 
   int32_t rows() const { return static_cast<int32_t>(temperatures.size()); }
   float& logit(int32_t row, int32_t id) { return logits[static_cast<size_t>(row) * vocab + id]; }
 
   DraftSampleInputs HostInputs() const {
     return DraftSampleInputs{rows(),         vocab,          logits.data(), temperatures.data(),
-                             top_ks.data(), top_ps.data(), seeds.data(),  positions.data()};
+                             top_ks.data(), top_ps.data(), seeds.data(),  positions.data(),
+                             min_ps.data()};
   }
 };
 
@@ -71,6 +74,14 @@ std::vector<RowParams> ParameterCombinations(int32_t vocab) {
     for (const float p : top_ps) all.push_back({t, 0, p});
     for (const int32_t k : top_ks) {
       for (const float p : top_ps) all.push_back({t, k, p});
+    }
+    // Min-p alone, with top-k (either set the smaller) and with top-p.
+    for (const float m : {0.01f, 0.05f, 0.3f, 1.0f}) {
+      all.push_back({t, 0, 1.0f, m});
+      all.push_back({t, 20, 1.0f, m});
+      all.push_back({t, 1000, 1.0f, m});
+      all.push_back({t, 0, 0.9f, m});
+      all.push_back({t, 50, 0.95f, m});
     }
   }
   return all;
@@ -105,6 +116,7 @@ Batch RandomBatch(int32_t vocab, int32_t rows, LogitShape shape, uint64_t salt,
     b.temperatures.push_back(p.temperature);
     b.top_ks.push_back(p.top_k);
     b.top_ps.push_back(p.top_p);
+    b.min_ps.push_back(p.min_p);
     b.seeds.push_back(gen());
     b.positions.push_back(static_cast<int64_t>(gen() % 1000000));
   }
@@ -190,6 +202,7 @@ Result RunOnGpu(const Batch& b, Workspace& workspace, size_t offset = 0, bool sp
   DeviceArray<float> temperatures(b.temperatures);
   DeviceArray<int32_t> top_ks(b.top_ks);
   DeviceArray<float> top_ps(b.top_ps);
+  DeviceArray<float> min_ps(b.min_ps);
   DeviceArray<uint64_t> seeds(b.seeds);
   DeviceArray<int64_t> positions(b.positions);
   DeviceArray<int32_t> tokens(b.rows());
@@ -202,7 +215,8 @@ Result RunOnGpu(const Batch& b, Workspace& workspace, size_t offset = 0, bool sp
   error.Poison();  // the launch must overwrite it, also when every row is fine
 
   const DraftSampleInputs in{b.rows(),      b.vocab,      logits.get(), temperatures.get(),
-                             top_ks.get(), top_ps.get(), seeds.get(),  positions.get()};
+                             top_ks.get(), top_ps.get(), seeds.get(),  positions.get(),
+                             min_ps.get()};
   DraftSampleOutputs out{tokens.get(), probs.get(), signals.get(), error.get()};
   Result r;
   r.status = DraftSampleCuda(in, &out, workspace.get(), nullptr, split_rows);
@@ -217,9 +231,9 @@ Result RunOnGpu(const Batch& b, Workspace& workspace, size_t offset = 0, bool sp
 bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
 std::string Describe(const Batch& b, int32_t row) {
-  char text[160];
-  std::snprintf(text, sizeof(text), "row %d (temperature %g, top_k %d, top_p %g)", row,
-                b.temperatures[row], b.top_ks[row], b.top_ps[row]);
+  char text[192];
+  std::snprintf(text, sizeof(text), "row %d (temperature %g, top_k %d, top_p %g, min_p %g)", row,
+                b.temperatures[row], b.top_ks[row], b.top_ps[row], b.min_ps[row]);
   return text;
 }
 
@@ -377,6 +391,7 @@ TEST(DraftSamplerGpuTest, ErrorsMatchTheCpuTwin) {
   check("top_k", 7, [](Batch& b) { b.top_ks[7] = -3; });
   check("top_p zero", 2, [](Batch& b) { b.top_ps[2] = 0.0f; });
   check("top_p above one", 2, [](Batch& b) { b.top_ps[2] = 1.5f; });
+  check("min_p above one", 6, [](Batch& b) { b.min_ps[6] = 2.0f; });
   check("parameters before logits", 3, [](Batch& b) {
     b.logit(3, 0) = NAN;
     b.top_ps[3] = -1.0f;

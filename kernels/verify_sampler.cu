@@ -72,6 +72,9 @@ static_assert(int64_t{kMaxSplits} * kMaxTilesPerCta * kMassTileIds >= kMaxVocabS
 // their slices at the same time, so a slice this short is still in L2 when
 // its row's race reads it again.
 constexpr int kTargetTilesPerCta = 32;
+// Ids a top-k row's candidate list holds (per CTA; the bucket round checks
+// that the whole cluster's candidates fit one CTA's list, so any split fits).
+constexpr int kListCapacity = 2048;
 // verify_internal::SetTargetTilesPerCta's value (0: kTargetTilesPerCta).
 std::atomic<int32_t> target_tiles_override{0};
 // A lane's part of a tile: kTileGroups groups of four consecutive ids, the
@@ -158,6 +161,7 @@ struct Broadcast {
   int32_t non_finite;
   unsigned long long mass;
   uint32_t prefix;
+  int32_t bucket;  // the value bucket a selection narrowed to
   uint32_t remaining;
   unsigned long long mass_above;
   int32_t mode;  // 0: decided; 1: residual race; 2: race over q
@@ -296,6 +300,15 @@ __device__ int32_t FindRequestWarp(const VerifyInputs& in, int32_t row) {
 }
 
 __device__ __forceinline__ uint32_t KeyOf(float z) { return OrderKey(FAdd(z, 0.0f)); }
+
+// A selection's first digit: z's distance to the row maximum in steps of
+// 1/8 (bucket 0 holds the maximum), everything 31.875 or more below it in
+// bucket 255. Monotone in z, so the buckets split the values in order,
+// ties in one bucket.
+__device__ __forceinline__ uint32_t ValueBucket(float z, float row_max) {
+  const float d = FSub(row_max, z);
+  return d < 31.875f ? static_cast<uint32_t>(FMul(d, 8.0f)) : 255u;
+}
 
 // Logits are read-only for the whole launch and loaded with L2's default
 // policy (not evict-first): the passes after the first, top-k / top-p and a
@@ -496,6 +509,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
   __shared__ Broadcast b;
   __shared__ Scratch scratch;
   __shared__ int32_t next_tile;  // the stream's tile counter
+  // Top-k's candidate list (ids near the row maximum) and its tiles' kept
+  // maxima (order keys) and masses.
+  __shared__ float list_z[kListCapacity];
+  __shared__ int32_t list_id[kListCapacity];
+  __shared__ int32_t list_size;
+  __shared__ uint32_t list_tile_key[kMaxTilesPerCta];
+  __shared__ unsigned long long list_tile_sum[kMaxTilesPerCta];
 
   cg::cluster_group cluster = cg::this_cluster();
   const VerifyInputs& in = a.in;
@@ -739,39 +759,66 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       return b.mass;
     };
 
-    // One radix round over the keys matching `prefix` on the bits above
-    // `shift`: histogram of counts (and masses of ids kept at `t`), summed
-    // over the cluster into scratch.bins / scratch.bin_mass.
+    // One selection round: a histogram of the ids kept at `t` (counts, and
+    // with `with_mass` their fixed-point masses relative to the row maximum),
+    // summed over the cluster into scratch.bins / scratch.bin_mass. Round
+    // kBucketRound bins ids by their distance to the row maximum
+    // (ValueBucket, bin 0 nearest; `bucket` >= 0 then restricts the key
+    // rounds to that bucket's ids); the key rounds bin ids by the 8-bit digit
+    // of their order key at `shift`, among those matching `prefix` above it.
+    // Logits cluster in a few exponent bytes, so a first round on key bits
+    // would send most ids of a row to one or two bins, whose shared-memory
+    // atomics serialise; the distance to the maximum spreads them. With
+    // masses, an id of zero weight adds to the count and one of positive
+    // weight to the mass (one atomic an id): the walk only needs to know
+    // whether a bin is empty, and its mass. `listed`: the ids are this CTA's
+    // candidate list instead of its slice of the row.
+    constexpr int kBucketRound = -1;
     int round = 0;
-    auto radix_round = [&](uint32_t prefix, int shift, bool with_mass, float t) {
+    auto selection_round = [&](bool from_list, int shift, uint32_t prefix, int bucket,
+                               bool with_mass, float t) {
       const int buf = round++ & 1;
-      const uint32_t high_mask = shift == 24 ? 0u : (0xFFFFFFFFu << (shift + 8));
+      const uint32_t high_mask = shift >= 24 ? 0u : (0xFFFFFFFFu << (shift + 8));
       for (int i = tid; i < 256; i += kThreads) {
         slots.hist_count[buf][i] = 0;
         slots.hist_mass[buf][i] = 0;
       }
       __syncthreads();
-      // Tile by tile per warp, a lane's groups all loaded before the
-      // histogram work on them (as in the stream).
-      for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
-        const int32_t base = (first_tile + tile) * kMassTileIds + 4 * Lane();
-        float4 z4[kTileGroups];
+      const auto add = [&](float zi) {
+        if (!Kept(zi, t)) return;
+        uint32_t bin;
+        if (shift == kBucketRound) {
+          bin = ValueBucket(zi, row_max);
+        } else {
+          if (bucket >= 0 && static_cast<int>(ValueBucket(zi, row_max)) != bucket) return;
+          const uint32_t key = KeyOf(zi);
+          if ((key & high_mask) != (prefix & high_mask)) return;
+          bin = (key >> shift) & 0xFFu;
+        }
+        const unsigned long long w =
+            with_mass ? static_cast<unsigned long long>(FixedExpNonPositive(FSub(zi, row_max)))
+                      : 0ull;
+        if (w > 0) {
+          atomicAdd(&slots.hist_mass[buf][bin], w);
+        } else {
+          atomicAdd(&slots.hist_count[buf][bin], 1u);
+        }
+      };
+      if (from_list) {
+        for (int32_t i = tid; i < list_size; i += kThreads) add(list_z[i]);
+      } else {
+        // Tile by tile per warp, a lane's groups all loaded before the
+        // histogram work on them (as in the stream).
+        for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
+          const int32_t base = (first_tile + tile) * kMassTileIds + 4 * Lane();
+          float4 z4[kTileGroups];
 #pragma unroll
-        for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadZGroup(a, row_logits, base + 128 * k, rz);
+          for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadZGroup(a, row_logits, base + 128 * k, rz);
 #pragma unroll
-        for (int k = 0; k < kTileGroups; ++k) {
+          for (int k = 0; k < kTileGroups; ++k) {
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            if (base + 128 * k + q >= v_size) continue;  // past the vocabulary
-            const float zi = Get(z4[k], q);
-            if (with_mass && !Kept(zi, t)) continue;
-            const uint32_t key = KeyOf(zi);
-            if ((key & high_mask) != (prefix & high_mask)) continue;
-            const uint32_t bin = (key >> shift) & 0xFFu;
-            atomicAdd(&slots.hist_count[buf][bin], 1u);
-            if (with_mass) {
-              atomicAdd(&slots.hist_mass[buf][bin],
-                        static_cast<unsigned long long>(FixedExpNonPositive(FSub(zi, row_max))));
+            for (int q = 0; q < 4; ++q) {
+              if (base + 128 * k + q < v_size) add(Get(z4[k], q));  // else past the vocabulary
             }
           }
         }
@@ -791,6 +838,152 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       }
       __syncthreads();
     };
+    // Bins in the order of decreasing values: buckets count up from the
+    // maximum, key digits down.
+    auto bin_at = [](int shift, int i) { return shift == kBucketRound ? i : 255 - i; };
+
+    // Selections (cluster-uniform: every CTA walks the same summed bins).
+    // Top-k: the k-th largest z among the ids, the bins from `first_round`
+    // on (0: the bucket, then four key bytes; 1: the key bytes only).
+    auto select_top_k = [&](bool from_list, int first_round) -> float {
+      if (tid == 0) {
+        b.prefix = 0;
+        b.remaining = static_cast<uint32_t>(b.top_k);
+        b.bucket = -1;
+      }
+      __syncthreads();
+      for (int r = first_round; r < 5; ++r) {
+        const int shift = r == 0 ? kBucketRound : 32 - 8 * r;
+        selection_round(from_list, shift, b.prefix, b.bucket, false, kNegInf);
+        if (tid == 0) {
+          uint32_t above = 0;
+          int i = 0;
+          for (; i < 255; ++i) {
+            const uint32_t count = scratch.bins[bin_at(shift, i)];
+            if (above + count >= b.remaining) break;
+            above += count;
+          }
+          b.remaining -= above;
+          if (shift == kBucketRound) {
+            b.bucket = i;
+          } else {
+            b.prefix |= static_cast<uint32_t>(bin_at(shift, i)) << shift;
+          }
+        }
+        __syncthreads();
+      }
+      return FromOrderKey(b.prefix);
+    };
+    // Top-p: the smallest value v kept at `t` with mass(z > v) < limit: the
+    // last non-empty bin whose mass above is below the limit, round by round.
+    auto select_top_p = [&](bool from_list, int first_round, float t, double limit) -> float {
+      if (tid == 0) {
+        b.prefix = 0;
+        b.mass_above = 0;
+        b.bucket = -1;
+      }
+      __syncthreads();
+      for (int r = first_round; r < 5; ++r) {
+        const int shift = r == 0 ? kBucketRound : 32 - 8 * r;
+        selection_round(from_list, shift, b.prefix, b.bucket, true, t);
+        if (tid == 0) {
+          unsigned long long g = b.mass_above;
+          int chosen = -1;
+          unsigned long long g_chosen = g;
+          for (int i = 0; i < 256; ++i) {
+            const int bin = bin_at(shift, i);
+            if (scratch.bins[bin] == 0 && scratch.bin_mass[bin] == 0) continue;
+            if (!(FixedToDouble(g) < limit)) break;
+            chosen = bin;
+            g_chosen = g;
+            g += scratch.bin_mass[bin];
+          }
+          if (chosen >= 0) {  // always true: the largest kept value qualifies
+            if (shift == kBucketRound) {
+              b.bucket = chosen;
+            } else {
+              b.prefix |= static_cast<uint32_t>(chosen) << shift;
+            }
+            b.mass_above = g_chosen;
+          }
+        }
+        __syncthreads();
+      }
+      return FromOrderKey(b.prefix);
+    };
+
+    // The candidate list: this CTA's ids whose value bucket is at most
+    // `bucket` (every id at least as large as the bucket's), with their z.
+    auto build_list = [&](int bucket) {
+      if (tid == 0) list_size = 0;
+      __syncthreads();
+      for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
+        const int32_t base = (first_tile + tile) * kMassTileIds + 4 * Lane();
+        float4 z4[kTileGroups];
+#pragma unroll
+        for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadZGroup(a, row_logits, base + 128 * k, rz);
+#pragma unroll
+        for (int k = 0; k < kTileGroups; ++k) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int32_t id = base + 128 * k + q;
+            const float zi = Get(z4[k], q);
+            const bool take = id < v_size && Kept(zi, kNegInf) &&
+                              static_cast<int>(ValueBucket(zi, row_max)) <= bucket;
+            const unsigned taken = __ballot_sync(0xFFFFFFFFu, take);
+            if (taken == 0) continue;
+            int32_t at = 0;
+            if (Lane() == 0) at = atomicAdd(&list_size, __popc(taken));
+            at = __shfl_sync(0xFFFFFFFFu, at, 0) + __popc(taken & ((1u << Lane()) - 1u));
+            if (take) {
+              list_z[at] = zi;
+              list_id[at] = id;
+            }
+          }
+        }
+      }
+      __syncthreads();
+    };
+    // The kept mass at t from the list, tile by tile as cluster_kept_mass
+    // (and StreamTile) sums it, when the list holds every kept id.
+    auto list_kept_mass = [&](float t) -> unsigned long long {
+      for (int32_t i = tid; i < my_tiles; i += kThreads) {
+        list_tile_key[i] = 0;  // below every order key of a finite value
+        list_tile_sum[i] = 0;
+      }
+      __syncthreads();
+      for (int32_t i = tid; i < list_size; i += kThreads) {
+        if (Kept(list_z[i], t)) {
+          atomicMax(&list_tile_key[(list_id[i] - c0) / kMassTileIds], KeyOf(list_z[i]));
+        }
+      }
+      __syncthreads();
+      for (int32_t i = tid; i < list_size; i += kThreads) {
+        if (!Kept(list_z[i], t)) continue;
+        const int32_t tile = (list_id[i] - c0) / kMassTileIds;
+        const float m = FromOrderKey(list_tile_key[tile]);  // +0 for a zero maximum
+        atomicAdd(&list_tile_sum[tile],
+                  static_cast<unsigned long long>(FixedExpNonPositive(FSub(list_z[i], m))));
+      }
+      __syncthreads();
+      unsigned long long local = 0;
+      for (int32_t i = tid; i < my_tiles; i += kThreads) {
+        if (list_tile_key[i] != 0) {
+          local += TileMassAtRowMax(list_tile_sum[i], FromOrderKey(list_tile_key[i]), row_max);
+        }
+      }
+      local = BlockSumU64(local, scratch);
+      const int slot = exchanges++;
+      if (tid == 0) slots.mass[slot] = local;
+      cluster.sync();
+      if (tid == 0) {
+        unsigned long long total = 0;
+        for (int c = 0; c < splits; ++c) total += cluster.map_shared_rank(&slots, c)->mass[slot];
+        b.mass = total;
+      }
+      __syncthreads();
+      return b.mass;
+    };
 
     unsigned long long mass = b.mass;
     if (!b.greedy) {
@@ -798,61 +991,34 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       threshold = MinPThreshold(row_max, b.min_p);
       const bool top_k_on = b.top_k > 0 && b.top_k < b.allowed;
       if (threshold > kNegInf && !top_k_on) mass = cluster_kept_mass(threshold);
-      // Top-k: the k-th largest z, by radix selection on order keys.
+      bool listed = false;  // the CTAs' lists hold every kept id
       if (top_k_on) {
+        // The bucket round finds the bucket that holds the k-th largest z;
+        // when the ids down to that bucket fit the lists, the rest of the
+        // selection (and top-p after it) runs on them, not on the row.
+        selection_round(false, kBucketRound, 0, -1, false, kNegInf);
         if (tid == 0) {
-          b.prefix = 0;
-          b.remaining = static_cast<uint32_t>(b.top_k);
+          uint32_t above = 0;
+          int i = 0;
+          for (; i < 255 && above + scratch.bins[i] < static_cast<uint32_t>(b.top_k); ++i) {
+            above += scratch.bins[i];
+          }
+          b.bucket = i;
+          b.remaining = above + scratch.bins[i];  // ids in buckets 0 .. i
         }
         __syncthreads();
-        for (int shift = 24; shift >= 0; shift -= 8) {
-          radix_round(b.prefix, shift, false, kNegInf);
-          if (tid == 0) {
-            uint32_t above = 0;
-            int bin = 255;
-            for (; bin > 0; --bin) {
-              if (above + scratch.bins[bin] >= b.remaining) break;
-              above += scratch.bins[bin];
-            }
-            b.remaining -= above;
-            b.prefix |= static_cast<uint32_t>(bin) << shift;
-          }
-          __syncthreads();
-        }
+        listed = b.remaining <= static_cast<uint32_t>(kListCapacity);
+        if (listed) build_list(b.bucket);
+        const float k_threshold = listed ? select_top_k(true, 1) : select_top_k(false, 1);
         // Min-p and top-k both keep an upper set: the kept set is the smaller.
-        threshold = fmaxf(threshold, FromOrderKey(b.prefix));
-        mass = cluster_kept_mass(threshold);
+        threshold = fmaxf(threshold, k_threshold);
+        mass = listed ? list_kept_mass(threshold) : cluster_kept_mass(threshold);
       }
       if (b.top_p < 1.0f) {
-        // Top-p: the smallest kept value v with mass(z > v) < top_p * mass.
         const double limit = DMul(static_cast<double>(b.top_p), FixedToDouble(mass));
-        if (tid == 0) {
-          b.prefix = 0;
-          b.mass_above = 0;
-        }
-        __syncthreads();
-        for (int shift = 24; shift >= 0; shift -= 8) {
-          radix_round(b.prefix, shift, true, threshold);
-          if (tid == 0) {
-            unsigned long long g = b.mass_above;
-            int chosen = -1;
-            unsigned long long g_chosen = g;
-            for (int bin = 255; bin >= 0; --bin) {
-              if (scratch.bins[bin] == 0) continue;
-              if (!(FixedToDouble(g) < limit)) break;
-              chosen = bin;
-              g_chosen = g;
-              g += scratch.bin_mass[bin];
-            }
-            if (chosen >= 0) {  // always true: the largest kept value qualifies
-              b.prefix |= static_cast<uint32_t>(chosen) << shift;
-              b.mass_above = g_chosen;
-            }
-          }
-          __syncthreads();
-        }
-        threshold = FromOrderKey(b.prefix);
-        mass = cluster_kept_mass(threshold);
+        threshold = listed ? select_top_p(true, 1, threshold, limit)
+                           : select_top_p(false, 0, threshold, limit);
+        mass = listed ? list_kept_mass(threshold) : cluster_kept_mass(threshold);
       }
     }
     const float mass_f = FixedToFloat(mass);

@@ -69,6 +69,7 @@ HostVerifyStep RandomStep(const StepShape& shape) {
       r.temperature = kind == 0 ? 0.0f : kind == 1 ? 0.6f : 1.0f;
       r.top_k = gen() % 4 == 0 ? 1 + static_cast<int32_t>(gen() % 50) : 0;
       r.top_p = gen() % 4 == 0 ? 0.5f + 0.4f * static_cast<float>(unit(gen)) : 1.0f;
+      r.min_p = gen() % 4 == 0 ? 0.01f + 0.3f * static_cast<float>(unit(gen)) : 0.0f;
       r.verify_len = gen() % 4 == 0 ? static_cast<int32_t>(gen() % (drafts + 1)) : -1;
     }
     for (int k = 0; k <= drafts; ++k) {
@@ -221,10 +222,23 @@ double DecisionMargin(HostVerifyStep& step, int32_t row) {
   int32_t kept = 0;
   for (int32_t v = 0; v < v_size; ++v) kept += view.z[v] > -INFINITY;
   const int32_t top_k = in.top_ks[r];
+  int32_t allowed = kept;
   if (top_k > 0 && top_k < kept) {
     const double t = view.z[order[top_k - 1]];
     kept = 0;
     while (kept < v_size && view.z[order[kept]] >= t) ++kept;
+  }
+  if (in.min_ps != nullptr && in.min_ps[r] > 0.0f) {
+    // Min-p: z - max >= log(min_p); the nearest id on either side sets the margin.
+    const double log_min_p = std::log(static_cast<double>(in.min_ps[r]));
+    int32_t n = 0;
+    while (n < allowed && view.z[order[n]] - view.max >= log_min_p) ++n;
+    for (const int32_t i : {n - 1, n}) {
+      if (i >= 0 && i < allowed) {
+        margin = std::min(margin, RelGap(view.z[order[i]] - view.max, log_min_p));
+      }
+    }
+    kept = std::min(kept, n);
   }
   double total = 0;
   for (int32_t i = 0; i < kept; ++i) total += std::exp(view.z[order[i]] - view.max);

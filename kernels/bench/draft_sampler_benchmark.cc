@@ -44,6 +44,7 @@ struct Setting {
   float temperature;
   int32_t top_k;
   float top_p;
+  float min_p = 0.0f;
 };
 
 constexpr Setting kSettings[] = {
@@ -52,6 +53,8 @@ constexpr Setting kSettings[] = {
     {"top_k 50", 1.0f, 50, 1.0f},
     {"top_p 0.95", 1.0f, 0, 0.95f},
     {"top_k 20 + top_p 0.95", 0.8f, 20, 0.95f},
+    {"min_p 0.05", 1.0f, 0, 1.0f, 0.05f},
+    {"top_p 0.9", 1.0f, 0, 0.9f},
 };
 
 template <typename T>
@@ -134,8 +137,9 @@ void Run() {
       float* d_t = Upload(std::vector<float>(max_rows, setting.temperature));
       int32_t* d_k = Upload(std::vector<int32_t>(max_rows, setting.top_k));
       float* d_p = Upload(std::vector<float>(max_rows, setting.top_p));
+      float* d_m = Upload(std::vector<float>(max_rows, setting.min_p));
       for (const int rows : row_counts) {
-        const DraftSampleInputs in{rows, vocab, d_logits, d_t, d_k, d_p, d_seeds, d_positions};
+        const DraftSampleInputs in{rows, vocab, d_logits, d_t, d_k, d_p, d_seeds, d_positions, d_m};
         const DraftSampleOutputs out{d_tokens, d_probs, d_signals, error};
         const double one_cta_us = TimeLaunches(in, out, workspace, stream, false);
         const double us = TimeLaunches(in, out, workspace, stream, true);

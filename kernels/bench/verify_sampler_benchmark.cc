@@ -52,6 +52,8 @@ ABSL_FLAG(float, temperature, 1.0f,
 ABSL_FLAG(float, top_p, 1.0f,
           "every request's top-p (1 = off; below 1 runs the selection passes; the peers stay "
           "at 1)");
+ABSL_FLAG(int, top_k, 0, "every request's top-k (0 = off)");
+ABSL_FLAG(float, min_p, 0.0f, "every request's min-p (0 = off)");
 ABSL_FLAG(std::string, tiles_per_cta, "",
           "comma-separated mass tiles a CTA aims for, each timed after the default "
           "(kernels/verify_sampler_launch.h: SetTargetTilesPerCta); empty: the default only");
@@ -105,14 +107,15 @@ Result RunCase(int vocab, int requests, int nextn, cudaStream_t stream, double c
   // The layout: packed requests, random seeds and positions, random drafts.
   std::vector<int32_t> ftp, seqlens, verify_lens, top_ks, draft_ids;
   std::vector<int64_t> positions;
-  std::vector<float> temperatures, top_ps;
+  std::vector<float> temperatures, top_ps, min_ps;
   std::vector<uint64_t> seeds;
   for (int r = 0; r < num_requests; ++r) {
     ftp.push_back(r * seqlen);
     seqlens.push_back(seqlen);
     verify_lens.push_back(-1);
-    top_ks.push_back(0);
+    top_ks.push_back(absl::GetFlag(FLAGS_top_k));
     top_ps.push_back(absl::GetFlag(FLAGS_top_p));
+    min_ps.push_back(absl::GetFlag(FLAGS_min_p));
     temperatures.push_back(absl::GetFlag(FLAGS_temperature));
     seeds.push_back(gen());
     positions.push_back(static_cast<int64_t>(gen() % 100000));
@@ -137,6 +140,7 @@ Result RunCase(int vocab, int requests, int nextn, cudaStream_t stream, double c
   in.temperatures = upload(temperatures);
   in.top_ks = upload(top_ks);
   in.top_ps = upload(top_ps);
+  in.min_ps = upload(min_ps);
   in.seeds = upload(seeds);
   in.config.nextn = nextn;
   // Sizes of the host copy of the outputs.
@@ -311,6 +315,8 @@ int Main() {
                            {"nextn", absl::GetFlag(FLAGS_nextn)},
                            {"temperature", absl::GetFlag(FLAGS_temperature)},
                            {"top_p", absl::GetFlag(FLAGS_top_p)},
+                           {"top_k", absl::GetFlag(FLAGS_top_k)},
+                           {"min_p", absl::GetFlag(FLAGS_min_p)},
                            {"results", results},
                            {"tiles_sweep", sweep}};
   std::ofstream(absl::GetFlag(FLAGS_json_out)) << report.dump(2) << "\n";

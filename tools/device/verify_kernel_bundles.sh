@@ -20,6 +20,7 @@ root=$PWD
 old_commit=${1:-9f3f6a3}
 export VERDICT_BUNDLE_MPI=0 VERDICT_BUNDLE_VERDICT=0
 tools/device/bundle.sh "$root/.carry/verify-new" //kernels:verify_sampler_gpu_test \
+  //kernels:draft_sampler_gpu_test //kernels/bench:draft_sampler_benchmark \
   //kernels/bench:verify_sampler_benchmark //kernels/bench:libverdict_verify_sample.so
 
 worktree=$(mktemp -d /tmp/verdict-old-XXXXXX)
@@ -27,6 +28,11 @@ trap 'git -C "$root" worktree remove --force "$worktree" >/dev/null 2>&1 || true
 git worktree add --detach "$worktree" "$old_commit" >/dev/null
 cp kernels/bench/verify_sampler_benchmark.cc kernels/bench/BUILD "$worktree/kernels/bench/"
 cp tools/device/bundle.sh "$worktree/tools/device/"
+if ! grep -q min_ps "$worktree/kernels/verify_sampler.h"; then
+  # The old sampler has no min-p: the benchmark's array is accepted and
+  # ignored there (compare min-p runs against the new kernel only).
+  sed -i 's|^  const float\* top_ps = nullptr;|&\n  const float* min_ps = nullptr;|' "$worktree/kernels/verify_sampler.h"
+fi
 if ! grep -q SetTargetTilesPerCta "$worktree/kernels/verify_sampler_launch.h"; then
   # The old launcher has one fixed split: the hook the benchmark calls does
   # nothing there.

@@ -7,6 +7,9 @@
 #   bench   both benchmarks at the default split, back to back
 #   sweep   the new benchmark at other splits (TILES, default 8,16,64)
 #   top_p   both benchmarks with top-p 0.9 (the selection passes)
+#   filters both benchmarks with top_k 50, top_p 0.95 + top_k 50 and (new
+#           only: the old kernel has none) min_p 0.05; the draft sampler's
+#           benchmark of the new tree
 #   peers   PyTorch eager and FlashInfer on the same inputs, with the new
 #           kernel's table for docs/PERF.md (kernels/bench/run_on_gpu.sh)
 #
@@ -38,7 +41,7 @@ bench() {  # bench BUNDLE NAME FLAGS...
 for stage in "${stages[@]}"; do
   echo "== $stage"
   case "$stage" in
-    parity) OUT=$out/new tools/device/run.sh "$new" verify_sampler || status=1 ;;
+    parity) OUT=$out/new tools/device/run.sh "$new" sampler || status=1 ;;
     bench)
       bench "$old" old/bench --json_out="$out/old/bench.json"
       bench "$new" new/bench --json_out="$out/new/bench.json"
@@ -49,6 +52,16 @@ for stage in "${stages[@]}"; do
     top_p)
       bench "$old" old/top_p --top_p=0.9 --json_out="$out/old/top_p.json"
       bench "$new" new/top_p --top_p=0.9 --json_out="$out/new/top_p.json"
+      ;;
+    filters)
+      bench "$old" old/top_k --top_k=50 --json_out="$out/old/top_k.json"
+      bench "$new" new/top_k --top_k=50 --json_out="$out/new/top_k.json"
+      bench "$old" old/top_k_top_p --top_k=50 --top_p=0.95 --json_out="$out/old/top_k_top_p.json"
+      bench "$new" new/top_k_top_p --top_k=50 --top_p=0.95 --json_out="$out/new/top_k_top_p.json"
+      bench "$new" new/min_p --min_p=0.05 --json_out="$out/new/min_p.json"
+      (source "$new/env.sh" &&
+         "$new/bin/kernels/bench/draft_sampler_benchmark" --json_out="$out/new/draft.json" 2>&1 |
+         tee "$out/new/draft.log")
       ;;
     peers)
       OUT=$out/new kernels/bench/run_on_gpu.sh "$new/bin/kernels/bench/verify_sampler_benchmark" \
