@@ -770,8 +770,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     // would send most ids of a row to one or two bins, whose shared-memory
     // atomics serialise; the distance to the maximum spreads them. With
     // masses, an id of zero weight adds to the count and one of positive
-    // weight to the mass (one atomic an id): the walk only needs to know
-    // whether a bin is empty, and its mass. `listed`: the ids are this CTA's
+    // weight to the mass (one atomic an id in the key rounds): the walk only
+    // needs to know whether a bin is empty, and its mass. `listed`: the ids are this CTA's
     // candidate list instead of its slice of the row.
     constexpr int kBucketRound = -1;
     int round = 0;
@@ -798,11 +798,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         const unsigned long long w =
             with_mass ? static_cast<unsigned long long>(FixedExpNonPositive(FSub(zi, row_max)))
                       : 0ull;
-        if (w > 0) {
-          atomicAdd(&slots.hist_mass[buf][bin], w);
-        } else {
-          atomicAdd(&slots.hist_count[buf][bin], 1u);
-        }
+        if (w > 0) atomicAdd(&slots.hist_mass[buf][bin], w);
+        // The bucket round counts every id: a bucket's size decides whether
+        // its ids fit the candidate lists.
+        if (w == 0 || shift == kBucketRound) atomicAdd(&slots.hist_count[buf][bin], 1u);
       };
       if (from_list) {
         for (int32_t i = tid; i < list_size; i += kThreads) add(list_z[i]);
@@ -876,11 +875,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     };
     // Top-p: the smallest value v kept at `t` with mass(z > v) < limit: the
     // last non-empty bin whose mass above is below the limit, round by round.
-    auto select_top_p = [&](bool from_list, int first_round, float t, double limit) -> float {
+    // `bucket` and `mass_above`: where a bucket round already narrowed the
+    // search (-1 and 0 for none).
+    auto select_top_p = [&](bool from_list, int first_round, float t, double limit, int bucket,
+                            unsigned long long mass_above) -> float {
       if (tid == 0) {
         b.prefix = 0;
-        b.mass_above = 0;
-        b.bucket = -1;
+        b.bucket = bucket;
+        b.mass_above = mass_above;
       }
       __syncthreads();
       for (int r = first_round; r < 5; ++r) {
@@ -912,9 +914,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       return FromOrderKey(b.prefix);
     };
 
-    // The candidate list: this CTA's ids whose value bucket is at most
-    // `bucket` (every id at least as large as the bucket's), with their z.
-    auto build_list = [&](int bucket) {
+    // The candidate list: this CTA's ids kept at `t` whose value
+    // bucket is at most `bucket` (every id at least as large as the
+    // bucket's), or with `only_bucket` that bucket's, with their z.
+    auto build_list = [&](float t, int bucket, bool only_bucket) {
       if (tid == 0) list_size = 0;
       __syncthreads();
       for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
@@ -928,8 +931,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
           for (int q = 0; q < 4; ++q) {
             const int32_t id = base + 128 * k + q;
             const float zi = Get(z4[k], q);
-            const bool take = id < v_size && Kept(zi, kNegInf) &&
-                              static_cast<int>(ValueBucket(zi, row_max)) <= bucket;
+            const int zb = static_cast<int>(ValueBucket(zi, row_max));
+            const bool take = id < v_size && Kept(zi, t) &&
+                              (only_bucket ? zb == bucket : zb <= bucket);
             const unsigned taken = __ballot_sync(0xFFFFFFFFu, take);
             if (taken == 0) continue;
             int32_t at = 0;
@@ -1008,7 +1012,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         }
         __syncthreads();
         listed = b.remaining <= static_cast<uint32_t>(kListCapacity);
-        if (listed) build_list(b.bucket);
+        if (listed) build_list(kNegInf, b.bucket, false);
         const float k_threshold = listed ? select_top_k(true, 1) : select_top_k(false, 1);
         // Min-p and top-k both keep an upper set: the kept set is the smaller.
         threshold = fmaxf(threshold, k_threshold);
@@ -1016,9 +1020,37 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       }
       if (b.top_p < 1.0f) {
         const double limit = DMul(static_cast<double>(b.top_p), FixedToDouble(mass));
-        threshold = listed ? select_top_p(true, 1, threshold, limit)
-                           : select_top_p(false, 0, threshold, limit);
-        mass = listed ? list_kept_mass(threshold) : cluster_kept_mass(threshold);
+        if (listed) {
+          threshold = select_top_p(true, 1, threshold, limit, -1, 0);
+          mass = list_kept_mass(threshold);
+        } else {
+          // The bucket round over the row finds the bucket of the threshold
+          // (and the mass above it); its ids, when they fit, go to the lists
+          // for the key rounds. The kept mass takes one more pass.
+          selection_round(false, kBucketRound, 0, -1, true, threshold);
+          if (tid == 0) {
+            unsigned long long g = 0;
+            int chosen = 0;
+            unsigned long long g_chosen = 0;
+            for (int bin = 0; bin < 256; ++bin) {
+              if (scratch.bins[bin] == 0) continue;
+              if (!(FixedToDouble(g) < limit)) break;
+              chosen = bin;
+              g_chosen = g;
+              g += scratch.bin_mass[bin];
+            }
+            b.bucket = chosen;  // bucket 0 holds the maximum, always kept
+            b.mass_above = g_chosen;
+            b.remaining = scratch.bins[chosen];
+          }
+          __syncthreads();
+          const bool bucket_listed = b.remaining <= static_cast<uint32_t>(kListCapacity);
+          const int bucket = b.bucket;
+          const unsigned long long above = b.mass_above;
+          if (bucket_listed) build_list(threshold, bucket, true);
+          threshold = select_top_p(bucket_listed, 1, threshold, limit, bucket, above);
+          mass = cluster_kept_mass(threshold);
+        }
       }
     }
     const float mass_f = FixedToFloat(mass);
