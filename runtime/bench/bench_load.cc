@@ -120,6 +120,7 @@ std::string CompletionRequestBody(const LoadOptions& options, const BenchPrompt&
       {"logprobs", 0},
   };
   if (options.top_k > 0) body["top_k"] = options.top_k;
+  if (options.min_p > 0) body["min_p"] = options.min_p;
   if (!options.model.empty()) body["model"] = options.model;
   return body.dump();
 }

@@ -29,6 +29,7 @@ struct LoadOptions {
   int max_tokens = 128;
   double temperature = 1.0;
   double top_p = 1.0;
+  double min_p = 0.0;  // sent only when above 0
   int top_k = 0;                                        // 0: no top-k filter
   uint64_t seed = 0;                                    // request i gets seed + i
   absl::Duration request_timeout = absl::Seconds(600);  // silence allowed

@@ -145,6 +145,7 @@ json ReportJson(const BenchReport& report) {
         {"max_tokens", c.max_tokens},
         {"temperature", c.temperature},
         {"top_p", c.top_p},
+        {"min_p", c.min_p},
         {"top_k", c.top_k},
         {"seed", c.seed},
         {"warmup_requests", c.warmup_requests},
@@ -194,7 +195,8 @@ std::string ReportMarkdown(const BenchReport& report) {
       &out, "Model `", c.model, "` at ", c.url, "; ", c.max_tokens,
       " output tokens per request (ignore_eos), temperature ", absl::StrFormat("%g", c.temperature),
       ", top_p ", absl::StrFormat("%g", c.top_p),
-      c.top_k > 0 ? absl::StrCat(", top_k ", c.top_k) : "", "; prompts: ", c.prompts, " (",
+      c.top_k > 0 ? absl::StrCat(", top_k ", c.top_k) : "",
+      c.min_p > 0 ? absl::StrCat(", min_p ", absl::StrFormat("%g", c.min_p)) : "", "; prompts: ", c.prompts, " (",
       c.num_prompts, "), request i seeded ", c.seed, " + i; ",
       c.warmup_requests == 0
           ? std::string("no warm-up")

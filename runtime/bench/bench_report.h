@@ -25,6 +25,7 @@ struct BenchConfig {
   int max_tokens = 0;
   double temperature = 1.0;
   double top_p = 1.0;
+  double min_p = 0.0;
   int top_k = 0;
   uint64_t seed = 0;
   int warmup_requests = 0;  // per point; -1: one per client

@@ -39,6 +39,7 @@ ABSL_FLAG(std::string, bench_prompts, "builtin",
           "{\"prompt\": text or token ids} a line");
 ABSL_FLAG(double, bench_temperature, 1.0, "bench: sampling temperature (0: greedy)");
 ABSL_FLAG(double, bench_top_p, 1.0, "bench: nucleus sampling mass");
+ABSL_FLAG(double, bench_min_p, 0.0, "bench: min-p (0 = off)");
 ABSL_FLAG(int, bench_top_k, 0, "bench: top-k filter (0: off)");
 ABSL_FLAG(uint64_t, bench_seed, 1,
           "bench: request i of every point is seeded bench_seed + i, so reruns and other server "
@@ -196,6 +197,7 @@ int RunBenchCommand(absl::Span<char* const> positional) {
   load.max_tokens = max_tokens;
   load.temperature = absl::GetFlag(FLAGS_bench_temperature);
   load.top_p = absl::GetFlag(FLAGS_bench_top_p);
+  load.min_p = absl::GetFlag(FLAGS_bench_min_p);
   load.top_k = absl::GetFlag(FLAGS_bench_top_k);
   load.seed = absl::GetFlag(FLAGS_bench_seed);
   load.request_timeout = absl::Seconds(absl::GetFlag(FLAGS_bench_request_timeout));
@@ -217,6 +219,7 @@ int RunBenchCommand(absl::Span<char* const> positional) {
   config.max_tokens = max_tokens;
   config.temperature = load.temperature;
   config.top_p = load.top_p;
+  config.min_p = load.min_p;
   config.top_k = load.top_k;
   config.seed = load.seed;
   config.warmup_requests = absl::GetFlag(FLAGS_bench_warmup_requests);

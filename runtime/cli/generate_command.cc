@@ -13,6 +13,7 @@ ABSL_FLAG(std::string, prompt, "", "generate: the prompt text");
 ABSL_FLAG(int, max_tokens, 64, "generate: tokens to generate at most");
 ABSL_FLAG(double, temperature, 0.0, "generate: sampling temperature (0 = greedy)");
 ABSL_FLAG(double, top_p, 1.0, "generate: nucleus sampling mass");
+ABSL_FLAG(double, min_p, 0.0, "generate: keep tokens with p >= min_p * p_max (0 = off)");
 ABSL_FLAG(int, top_k, 0, "generate: keep the k most likely tokens (0 = all)");
 ABSL_FLAG(int64_t, request_seed, -1, "generate: the request's seed (-1: from --seed)");
 ABSL_FLAG(bool, print_token_ids, false,
@@ -52,6 +53,7 @@ int RunGenerateCommand(absl::Span<char* const> positional) {
       request.params.max_tokens = absl::GetFlag(FLAGS_max_tokens);
       request.params.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
       request.params.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
+      request.params.min_p = static_cast<float>(absl::GetFlag(FLAGS_min_p));
       request.params.top_k = absl::GetFlag(FLAGS_top_k);
       if (absl::GetFlag(FLAGS_request_seed) >= 0) {
         request.params.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_request_seed));

@@ -32,7 +32,7 @@ ABSL_FLAG(bool, accept_unknown_fields, false,
           "serve: accept request fields the API does not know (logged once each) instead of "
           "answering 400 naming the field");
 ABSL_FLAG(std::string, generation_config, "auto",
-          "serve: auto takes the sampling defaults (temperature, top_p, top_k) of requests that "
+          "serve: auto takes the sampling defaults (temperature, top_p, top_k, min_p) of requests that "
           "leave them out from the target's generation_config.json; off keeps the API's own "
           "(1, 1, none)");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
@@ -71,16 +71,17 @@ absl::StatusOr<SamplingDefaults> SamplingDefaultsFromFlags(const std::string& mo
   if (absl::StartsWith(model_dir, "builtin:")) return SamplingDefaults();
   absl::StatusOr<GenerationConfig> config = LoadGenerationConfig(model_dir);
   if (!config.ok()) return config.status();
-  SamplingDefaults defaults{config->temperature, config->top_p, config->top_k};
+  SamplingDefaults defaults{config->temperature, config->top_p, config->top_k, config->min_p};
   if (config->has_sampling_defaults()) {
     std::fprintf(stderr,
-                 "verdict serve: sampling defaults from %s/generation_config.json:%s%s%s "
+                 "verdict serve: sampling defaults from %s/generation_config.json:%s%s%s%s "
                  "(--generation-config off ignores them)\n",
                  model_dir.c_str(),
                  defaults.temperature ? absl::StrCat(" temperature ", *defaults.temperature).c_str()
                                       : "",
                  defaults.top_p ? absl::StrCat(" top_p ", *defaults.top_p).c_str() : "",
-                 defaults.top_k ? absl::StrCat(" top_k ", *defaults.top_k).c_str() : "");
+                 defaults.top_k ? absl::StrCat(" top_k ", *defaults.top_k).c_str() : "",
+                 defaults.min_p ? absl::StrCat(" min_p ", *defaults.min_p).c_str() : "");
   }
   return defaults;
 }

@@ -97,7 +97,8 @@ struct DeviceSampling::Impl {
   // store's), and where each array sits in the staging buffers.
   cudaStream_t draft_stream = nullptr;
   int draft_rows = 0;
-  size_t o_temp = 0, o_topk = 0, o_topp = 0, o_seed = 0, o_pos = 0;
+  bool draft_has_min_p = false;
+  size_t o_temp = 0, o_topk = 0, o_topp = 0, o_minp = 0, o_seed = 0, o_pos = 0;
   size_t o_tokens = 0, o_signals = 0, o_errors = 0;
 
   ~Impl() {
@@ -167,6 +168,8 @@ absl::Status DeviceSampling::BeginDrafts(const DraftSampleInputs& params, void* 
   m.o_temp = m.draft_in.Put(params.temperatures, n);
   m.o_topk = m.draft_in.Put(params.top_ks, n);
   m.o_topp = m.draft_in.Put(params.top_ps, n);
+  m.draft_has_min_p = params.min_ps != nullptr;
+  m.o_minp = m.draft_in.Put(params.min_ps, params.min_ps ? n : 0);
   m.o_seed = m.draft_in.Put(params.seeds, n);
   m.o_pos = m.draft_in.Put(positions.data(), positions.size());
   if (absl::Status s = m.draft_in.Upload(m.draft_stream); !s.ok()) return s;
@@ -192,6 +195,7 @@ absl::Status DeviceSampling::SampleDraft(int j) {
   in.temperatures = m.draft_in.device<float>(m.o_temp);
   in.top_ks = m.draft_in.device<int32_t>(m.o_topk);
   in.top_ps = m.draft_in.device<float>(m.o_topp);
+  in.min_ps = m.draft_has_min_p ? m.draft_in.device<float>(m.o_minp) : nullptr;
   in.seeds = m.draft_in.device<uint64_t>(m.o_seed);
   in.positions = m.draft_in.device<int64_t>(m.o_pos) + first;
   DraftSampleOutputs out;
@@ -279,6 +283,7 @@ absl::Status DeviceSampling::Verify(const VerifyInputs& params,
   const size_t o_temp = m.verify_in.Put(params.temperatures, params.temperatures ? b : 0);
   const size_t o_topk = m.verify_in.Put(params.top_ks, params.top_ks ? b : 0);
   const size_t o_topp = m.verify_in.Put(params.top_ps, params.top_ps ? b : 0);
+  const size_t o_minp = m.verify_in.Put(params.min_ps, params.min_ps ? b : 0);
   const size_t o_seed = m.verify_in.Put(params.seeds, params.seeds ? b : 0);
   const int num_stops = params.stop_token_offsets ? params.stop_token_offsets[b] : 0;
   const size_t o_stop_off =
@@ -299,6 +304,7 @@ absl::Status DeviceSampling::Verify(const VerifyInputs& params,
   in.temperatures = params.temperatures ? m.verify_in.device<float>(o_temp) : nullptr;
   in.top_ks = params.top_ks ? m.verify_in.device<int32_t>(o_topk) : nullptr;
   in.top_ps = params.top_ps ? m.verify_in.device<float>(o_topp) : nullptr;
+  in.min_ps = params.min_ps ? m.verify_in.device<float>(o_minp) : nullptr;
   in.seeds = params.seeds ? m.verify_in.device<uint64_t>(o_seed) : nullptr;
   in.stop_token_offsets =
       params.stop_token_offsets ? m.verify_in.device<int32_t>(o_stop_off) : nullptr;

@@ -315,6 +315,9 @@ absl::Status Engine::ValidateRequest(const GenerationRequest& request) const {
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
     return absl::InvalidArgumentError("top_p: must be in (0, 1]");
   }
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
+    return absl::InvalidArgumentError("min_p: must be in [0, 1]");
+  }
   if (p.top_k < 0) return absl::InvalidArgumentError("top_k: must be >= 0");
   if (p.max_tokens < 1) return absl::InvalidArgumentError("max_tokens: must be >= 1");
   const int64_t total = static_cast<int64_t>(request.prompt_token_ids.size()) + p.max_tokens;

@@ -226,6 +226,7 @@ ExecutorRequest Engine::ToExecutorRequest(const Request& r) const {
   e.temperature = p.temperature;
   e.top_k = p.top_k;
   e.top_p = p.top_p;
+  e.min_p = p.min_p;
   e.seed = r.seed;
   // The sampler flags a request whose emitted tokens hold one of these
   // (emitted_stop_token), so the step after it drafts nothing for it.

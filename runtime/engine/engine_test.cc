@@ -413,9 +413,37 @@ TEST_F(EngineTest, BadRequestsAreRefusedWithTheField) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << tiny;
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("temperature")) << tiny;
   }
+  for (float min_p : {-0.5f, 1.5f, std::nanf("")}) {
+    GenerationRequest bad = GreedyRequests(*engine, 4)[0];
+    bad.params.min_p = min_p;
+    s = harness.Submit(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << min_p;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("min_p")) << min_p;
+  }
   // The engine keeps serving.
   std::vector<CollectedOutput> ok = harness.GenerateAll({GreedyRequests(*engine, 3)[0]});
   EXPECT_EQ(ok[0].token_ids.size(), 3u);
+}
+
+// Min-p 1 keeps only the most likely token (p >= p_max), so sampling at
+// temperature 1 emits the greedy tokens whatever the seed, in the draft's
+// proposals and the target's verification alike.
+TEST_F(EngineTest, MinPOneSamplesTheGreedyTokens) {
+  LocalCommunicator comm;
+  std::unique_ptr<Engine> engine = MakeEngine(&comm, EngineOptions());
+  ASSERT_NE(engine, nullptr);
+  EngineHarness harness(engine.get());
+  std::vector<GenerationRequest> requests = GreedyRequests(*engine, kMaxTokens);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].params.temperature = 1.0f;
+    requests[i].params.min_p = 1.0f;
+    requests[i].params.seed = 77 + i;
+  }
+  std::vector<CollectedOutput> outputs = harness.GenerateAll(requests);
+  ASSERT_EQ(outputs.size(), reference_->size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    EXPECT_EQ(outputs[i].token_ids, (*reference_)[i].token_ids) << "prompt " << kPrompts[i];
+  }
 }
 
 TEST_F(EngineTest, SameSeedSameSampledOutput) {

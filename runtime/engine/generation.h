@@ -29,6 +29,7 @@ struct SamplingParams {
   float temperature = 1.0f;  // 0 means greedy; otherwise >= kMinTemperature
   int top_k = 0;             // 0 means no top-k filter
   float top_p = 1.0f;        // 1 means no top-p filter
+  float min_p = 0.0f;        // 0 means no min-p filter: keep p >= min_p * p_max
   std::optional<uint64_t> seed;  // unset: the engine draws one per request
   int max_tokens = 16;
   std::vector<std::string> stop;   // stop strings, not included in the output

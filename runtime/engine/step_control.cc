@@ -66,6 +66,7 @@ void WriteParams(Writer& w, const SamplingParams& p) {
   w.Pod(p.temperature);
   w.Pod(p.top_k);
   w.Pod(p.top_p);
+  w.Pod(p.min_p);
   w.Pod<uint8_t>(p.seed.has_value());
   w.Pod<uint64_t>(p.seed.value_or(0));
   w.Pod(p.max_tokens);
@@ -81,7 +82,8 @@ void WriteParams(Writer& w, const SamplingParams& p) {
 bool ReadParams(Reader& r, SamplingParams* p) {
   uint8_t has_seed, ignore_eos, speculation;
   uint64_t seed, num_stop;
-  if (!r.Pod(&p->temperature) || !r.Pod(&p->top_k) || !r.Pod(&p->top_p) || !r.Pod(&has_seed) ||
+  if (!r.Pod(&p->temperature) || !r.Pod(&p->top_k) || !r.Pod(&p->top_p) ||
+      !r.Pod(&p->min_p) || !r.Pod(&has_seed) ||
       !r.Pod(&seed) || !r.Pod(&p->max_tokens) || !r.Pod(&num_stop)) {
     return false;
   }

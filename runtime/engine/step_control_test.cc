@@ -15,6 +15,7 @@ TEST(StepControlTest, RoundTripsEveryField) {
   p.temperature = 0.7f;
   p.top_k = 20;
   p.top_p = 0.95f;
+  p.min_p = 0.07f;
   p.seed = 0xFFFFFFFFFFFFFFF0ull;
   p.max_tokens = 33;
   p.stop = {"\nUser:", "", "THE END"};
@@ -40,6 +41,7 @@ TEST(StepControlTest, RoundTripsEveryField) {
   EXPECT_EQ(r.params.temperature, 0.7f);
   EXPECT_EQ(r.params.top_k, 20);
   EXPECT_EQ(r.params.top_p, 0.95f);
+  EXPECT_EQ(r.params.min_p, 0.07f);
   ASSERT_TRUE(r.params.seed.has_value());
   EXPECT_EQ(*r.params.seed, 0xFFFFFFFFFFFFFFF0ull);
   EXPECT_EQ(r.params.max_tokens, 33);

@@ -118,7 +118,7 @@ absl::Status StepExecutor::RunDrafts(const std::vector<DeviceRequest*>& batch,
   }
   const int n = static_cast<int>(rows.size());
   DeviceSampling* device = options_.device_sampling;
-  std::vector<float> temperatures(n), top_ps(n);
+  std::vector<float> temperatures(n), top_ps(n), min_ps(n);
   std::vector<int32_t> top_ks(n);
   std::vector<uint64_t> seeds(n);
   std::vector<int64_t> positions(n);  // pass 0's: each row's last token
@@ -127,6 +127,7 @@ absl::Status StepExecutor::RunDrafts(const std::vector<DeviceRequest*>& batch,
     temperatures[s] = p.temperature;
     top_ks[s] = p.top_k;
     top_ps[s] = p.top_p;
+    min_ps[s] = p.min_p;
     seeds[s] = DraftSeed(p.seed);
     positions[s] = static_cast<int64_t>(batch[rows[s]]->tokens.size()) - 1;
   }
@@ -136,6 +137,7 @@ absl::Status StepExecutor::RunDrafts(const std::vector<DeviceRequest*>& batch,
   in.temperatures = temperatures.data();
   in.top_ks = top_ks.data();
   in.top_ps = top_ps.data();
+  in.min_ps = min_ps.data();
   in.seeds = seeds.data();
   in.positions = positions.data();
 
@@ -232,7 +234,7 @@ absl::Status StepExecutor::Verify(const StepJob& job, StepOutcome* outcome) {
   // the planned rows.
   std::vector<int32_t> ftp(b), seqlen(b), sampler_cutoff(b), top_ks(b), stop_offsets(b + 1, 0);
   std::vector<int64_t> positions(b);
-  std::vector<float> temperatures(b), top_ps(b);
+  std::vector<float> temperatures(b), top_ps(b), min_ps(b);
   std::vector<uint64_t> seeds(b);
   std::vector<int32_t> verify_tokens, verify_drafts, stop_ids;
   std::vector<float> verify_probs;
@@ -260,6 +262,7 @@ absl::Status StepExecutor::Verify(const StepJob& job, StepOutcome* outcome) {
     temperatures[i] = p.temperature;
     top_ks[i] = p.top_k;
     top_ps[i] = p.top_p;
+    min_ps[i] = p.min_p;
     seeds[i] = p.seed;
     // The sampler flags a request whose emitted tokens hold one of these
     // (emitted_stop_token), so the step after it drafts nothing for it.
@@ -319,6 +322,7 @@ absl::Status StepExecutor::Verify(const StepJob& job, StepOutcome* outcome) {
   in.temperatures = temperatures.data();
   in.top_ks = top_ks.data();
   in.top_ps = top_ps.data();
+  in.min_ps = min_ps.data();
   in.seeds = seeds.data();
   in.stop_token_offsets = stop_offsets.data();
   in.stop_token_ids = stop_ids.data();

@@ -63,6 +63,7 @@ struct ExecutorRequest {
   float temperature = 1.0f;
   int32_t top_k = 0;
   float top_p = 1.0f;
+  float min_p = 0.0f;
   uint64_t seed = 0;
   // The ids whose emission the sampler flags (emitted_stop_token): EOS
   // unless ignored, and the request's stop_token_ids.

@@ -76,6 +76,14 @@ absl::StatusOr<GenerationConfig> ParseGenerationConfig(absl::string_view json_te
     if (!k.ok()) return Prefixed(source, k.status());
     config.top_k = *k;
   }
+  if (const json* v = field("min_p")) {
+    absl::StatusOr<float> m = JsonFiniteFloat(*v, "min_p");
+    if (!m.ok()) return Prefixed(source, m.status());
+    if (!(*m >= 0 && *m <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": min_p must be in [0, 1]"));
+    }
+    config.min_p = *m;
+  }
   return config;
 }
 

@@ -1,6 +1,6 @@
 // generation_config.json: what a checkpoint says about generating with it.
 // Its end-of-sequence ids stop generation (Llama 3.1 lists three, where
-// config.json names one); its sampling values (temperature, top_p, top_k)
+// config.json names one); its sampling values (temperature, top_p, top_k, min_p)
 // are the defaults for requests that leave them out, as the checkpoint's
 // authors tuned them (vLLM's `--generation-config auto`).
 #ifndef VERDICT_RUNTIME_MODEL_GENERATION_CONFIG_H_
@@ -23,9 +23,11 @@ struct GenerationConfig {
   std::optional<float> temperature;  // >= 0
   std::optional<float> top_p;        // (0, 1]
   std::optional<int> top_k;          // >= 0; 0 is off
+  std::optional<float> min_p;        // [0, 1]; 0 is off
 
   bool has_sampling_defaults() const {
-    return temperature.has_value() || top_p.has_value() || top_k.has_value();
+    return temperature.has_value() || top_p.has_value() || top_k.has_value() ||
+           min_p.has_value();
   }
 };
 

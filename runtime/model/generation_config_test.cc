@@ -17,7 +17,7 @@ TEST(GenerationConfigTest, EosAsListAndSamplingDefaults) {
   absl::StatusOr<GenerationConfig> c = ParseGenerationConfig(
       R"({"bos_token_id": 128000, "do_sample": true,
           "eos_token_id": [128001, 128008, 128009], "temperature": 0.6, "top_p": 0.9,
-          "transformers_version": "4.45.0"})",
+          "min_p": 0.05, "transformers_version": "4.45.0"})",
       "g.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_THAT(c->eos_token_ids, ElementsAre(128001, 128008, 128009));
@@ -25,6 +25,7 @@ TEST(GenerationConfigTest, EosAsListAndSamplingDefaults) {
   EXPECT_FALSE(c->pad_token_id.has_value());
   EXPECT_FLOAT_EQ(*c->temperature, 0.6f);
   EXPECT_FLOAT_EQ(*c->top_p, 0.9f);
+  EXPECT_FLOAT_EQ(*c->min_p, 0.05f);
   EXPECT_FALSE(c->top_k.has_value());
   EXPECT_TRUE(c->has_sampling_defaults());
 }

@@ -406,6 +406,7 @@ TEST_F(HttpServerTest, MalformedRequestsGet4xxAndTheServerKeepsServing) {
       {"POST", "/v1/completions", R"({"prompt": "x", "temperature": "0"})", 400, "temperature"},
       {"POST", "/v1/completions", R"({"prompt": "x", "top_p": 0.0})", 400, "top_p"},
       {"POST", "/v1/completions", R"({"prompt": "x", "top_p": 2})", 400, "top_p"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "min_p": 2})", 400, "min_p"},
       {"POST", "/v1/completions", R"({"prompt": "x", "top_k": -5})", 400, "top_k"},
       {"POST", "/v1/completions", R"({"prompt": "x", "top_k": 1.5})", 400, "top_k"},
       {"POST", "/v1/completions", R"({"prompt": "x", "seed": "abc"})", 400, "seed"},

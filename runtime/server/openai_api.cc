@@ -455,6 +455,7 @@ absl::Status ParseCommon(Fields& fields, const ServedModel& model, int vocab_siz
                                                kMinTemperature, ", got ", Describe(*v)));
   }
   if (s = ReadNumber(fields.Get("top_p"), "top_p", 0.0, 1.0, true, &p.top_p); !s.ok()) return s;
+  if (s = ReadNumber(fields.Get("min_p"), "min_p", 0.0, 1.0, false, &p.min_p); !s.ok()) return s;
   int top_k = p.top_k;  // the served model's default unless given
   if (s = ReadInt(fields.Get("top_k"), "top_k", -1, std::numeric_limits<int32_t>::max(), &top_k);
       !s.ok()) {
@@ -661,6 +662,7 @@ void OpenAiApi::ApplySamplingDefaults(SamplingParams* params) const {
   if (sampling_defaults_.temperature) params->temperature = *sampling_defaults_.temperature;
   if (sampling_defaults_.top_p) params->top_p = *sampling_defaults_.top_p;
   if (sampling_defaults_.top_k) params->top_k = *sampling_defaults_.top_k;
+  if (sampling_defaults_.min_p) params->min_p = *sampling_defaults_.min_p;
 }
 
 absl::Status OpenAiApi::CheckUnknownFields(const ApiRequest& request) const {

@@ -87,11 +87,12 @@ std::string ErrorBody(int http_status, absl::string_view message, absl::string_v
 
 // Sampling values for requests that leave them out (the checkpoint's
 // generation_config.json); unset: the API's own defaults (temperature 1,
-// top_p 1, no top-k).
+// top_p 1, no top-k, no min-p).
 struct SamplingDefaults {
   std::optional<float> temperature;
   std::optional<float> top_p;
   std::optional<int> top_k;
+  std::optional<float> min_p;
 };
 
 class OpenAiApi {

@@ -85,6 +85,7 @@ TEST_F(OpenAiApiTest, CompletionAllParameters) {
                {"max_tokens", 10},
                {"temperature", 0},
                {"top_p", 0.5},
+               {"min_p", 0.05},
                {"top_k", -1},
                {"seed", 18446744073709551615ull},
                {"stop", {"\n", "END"}},
@@ -108,6 +109,7 @@ TEST_F(OpenAiApiTest, CompletionAllParameters) {
   EXPECT_EQ(p.max_tokens, 10);
   EXPECT_EQ(p.temperature, 0.0f);
   EXPECT_EQ(p.top_p, 0.5f);
+  EXPECT_EQ(p.min_p, 0.05f);
   EXPECT_EQ(p.top_k, 0);
   ASSERT_TRUE(p.seed.has_value());
   EXPECT_EQ(*p.seed, std::numeric_limits<uint64_t>::max());
@@ -132,8 +134,9 @@ TEST_F(OpenAiApiTest, CompletionAllParameters) {
 }
 
 TEST_F(OpenAiApiTest, CheckpointSamplingDefaultsApplyWhereTheRequestIsSilent) {
-  api_.set_sampling_defaults({.temperature = 0.6f, .top_p = 0.9f, .top_k = 20});
+  api_.set_sampling_defaults({.temperature = 0.6f, .top_p = 0.9f, .top_k = 20, .min_p = 0.1f});
   ApiRequest silent = Completion({{"prompt", "Hi"}});
+  EXPECT_EQ(silent.generation.params.min_p, 0.1f);
   EXPECT_EQ(silent.generation.params.temperature, 0.6f);
   EXPECT_EQ(silent.generation.params.top_p, 0.9f);
   EXPECT_EQ(silent.generation.params.top_k, 20);
@@ -181,12 +184,12 @@ TEST_F(OpenAiApiTest, NullMeansNotGiven) {
 TEST_F(OpenAiApiTest, UnknownFieldsAreReportedWhenAccepted) {
   api_.set_accept_unknown_fields(true);
   ApiRequest r = Completion({{"prompt", "Hi"},
-                             {"min_p", 0.1},
+                             {"typical_p", 0.1},
                              {"repetition_penalty", 1.1},
                              {"stream", true},
                              {"stream_options", {{"include_usage", false}, {"continuous", true}}}});
   EXPECT_THAT(r.ignored_fields,
-              UnorderedElementsAre("min_p", "repetition_penalty", "stream_options.continuous"));
+              UnorderedElementsAre("typical_p", "repetition_penalty", "stream_options.continuous"));
   ApiRequest c = Chat({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"guided_json", "{}"}});
   EXPECT_THAT(c.ignored_fields, ElementsAre("guided_json"));
 }
@@ -267,6 +270,10 @@ TEST_F(OpenAiApiTest, MalformedRequestsNameTheField) {
       {false, R"({"prompt": "x", "temperature": true})", 400, "temperature", "a number"},
       {false, R"({"prompt": "x", "top_p": 0})", 400, "top_p", "greater than 0"},
       {false, R"({"prompt": "x", "top_p": 1.5})", 400, "top_p", "at most 1"},
+      {false, R"({"prompt": "x", "min_p": 2})", 400, "min_p", "between 0 and 1"},
+      {false, R"({"prompt": "x", "min_p": -0.1})", 400, "min_p", "between 0 and 1"},
+      {true, R"({"messages": [{"role": "user", "content": "x"}], "min_p": "a"})", 400, "min_p",
+       "a number"},
       {false, R"({"prompt": "x", "top_k": -2})", 400, "top_k", "between -1"},
       {false, R"({"prompt": "x", "seed": 1.5})", 400, "seed", "an integer"},
       {false, R"({"prompt": "x", "seed": "1"})", 400, "seed", "an integer"},
