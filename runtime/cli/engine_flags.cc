@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "comm/create_communicator.h"
+#include "runtime/text/tokenizer_match.h"
 
 ABSL_FLAG(std::string, model, "",
           "target model directory (Hugging Face layout), or builtin:NAME for a public model's "
@@ -78,6 +79,21 @@ absl::StatusOr<bool> IsFirstChoice(const char* name, const absl::Flag<std::strin
                                                    second, ", got '", value, "'"));
   }
   return value == first;
+}
+
+bool HasTokenizer(const std::string& dir) {
+  return std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json") ||
+         std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.model");
+}
+
+// The draft proposes ids that the target verifies and the target's
+// tokenizer decodes, so a draft folder that ships a tokenizer must ship the
+// target's. A folder without one (the engine still checks the vocabulary
+// sizes) has nothing to compare.
+absl::Status CheckDraftTokenizerOf(const ModelSource& target, const ModelSource& draft) {
+  const std::string target_dir = target.tokenizer_dir.empty() ? target.dir : target.tokenizer_dir;
+  if (!HasTokenizer(target_dir) || !HasTokenizer(draft.dir)) return absl::OkStatus();
+  return CheckDraftTokenizer(target_dir, draft.dir);
 }
 
 }  // namespace
@@ -197,7 +213,10 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
         "binary's runfiles, or the folders above the binary); pass --model DIR");
   }
   std::optional<ModelSource> draft_source;
-  if (!draft.empty()) draft_source = ModelSource{ResolveModelDir(draft), dummy, 2};
+  if (!draft.empty()) {
+    draft_source = ModelSource{ResolveModelDir(draft), dummy, 2};
+    if (absl::Status s = CheckDraftTokenizerOf(target, *draft_source); !s.ok()) return s;
+  }
   if (adjust_options) {
     if (absl::Status s = adjust_options(&options); !s.ok()) return s;
   }
