@@ -222,9 +222,47 @@ absl::StatusOr<CostTable> CostTable::FromJson(std::string_view text) {
     }
     measured_tp = static_cast<int>(*value);
   }
+  auto passes = doc.find("draft_passes");
+  auto pass_seconds = doc.find("draft_pass_seconds");
+  if ((passes == doc.end()) != (pass_seconds == doc.end())) {
+    return absl::InvalidArgumentError(
+        "cost table: 'draft_passes' and 'draft_pass_seconds' come together or not at all");
+  }
+  int draft_passes = 0;
+  std::vector<double> draft_pass_seconds;
+  if (passes != doc.end()) {
+    absl::StatusOr<int64_t> value = JsonInteger(*passes, "", 1, 255);
+    if (!value.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cost table: 'draft_passes' must be an integer in [1, 255], got ",
+                       JsonForMessage(*passes)));
+    }
+    draft_passes = static_cast<int>(*value);
+    if (!pass_seconds->is_array()) {
+      return absl::InvalidArgumentError("cost table: 'draft_pass_seconds' is not an array");
+    }
+    for (size_t b = 0; b < pass_seconds->size(); ++b) {
+      const json& v = (*pass_seconds)[b];
+      absl::StatusOr<double> t =
+          v.is_number() ? JsonFiniteNumber(v, "")
+                        : absl::StatusOr<double>(absl::InvalidArgumentError("is not a number"));
+      if (!t.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("cost table: draft_pass_seconds[", b,
+                                                       "]: ", t.status().message()));
+      }
+      draft_pass_seconds.push_back(*t);
+    }
+  }
   absl::StatusOr<CostTable> table =
       Create(*std::move(batch_sizes), *std::move(verify_tokens), std::move(seconds));
-  if (table.ok()) table->set_measured_tp(measured_tp);
+  if (!table.ok()) return table;
+  table->set_measured_tp(measured_tp);
+  if (draft_passes > 0) {
+    if (absl::Status s = table->SetDraftSplit(std::move(draft_pass_seconds), draft_passes);
+        !s.ok()) {
+      return s;
+    }
+  }
   return table;
 }
 
@@ -252,6 +290,12 @@ std::string CostTable::ToJson() const {
   }
   doc["seconds"] = std::move(rows);
   if (measured_tp_ > 0) doc["tp"] = measured_tp_;
+  if (has_draft_split()) {
+    doc["draft_passes"] = draft_passes_;
+    json pass_seconds = json::array();
+    for (double v : draft_pass_seconds_) pass_seconds.push_back(v);
+    doc["draft_pass_seconds"] = std::move(pass_seconds);
+  }
   return doc.dump(1) + "\n";
 }
 
@@ -271,6 +315,53 @@ absl::Status CostTable::Save(const std::string& path) const {
         absl::StrCat("cost table: cannot rename ", tmp, " to ", path));
   }
   return absl::OkStatus();
+}
+
+absl::Status CostTable::SetDraftSplit(std::vector<double> draft_pass_seconds, int draft_passes) {
+  if (draft_passes < 1 || draft_passes > 255) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cost table: draft_passes = ", draft_passes, " is outside [1, 255]"));
+  }
+  if (draft_pass_seconds.size() != batch_sizes_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cost table: 'draft_pass_seconds' has ", draft_pass_seconds.size(),
+                     " values, the batch grid has ", batch_sizes_.size()));
+  }
+  for (size_t b = 0; b < batch_sizes_.size(); ++b) {
+    const double t = draft_pass_seconds[b];
+    if (!std::isfinite(t) || t <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cost table: draft_pass_seconds[", b,
+                                                     "] = ", FormatNumber(t),
+                                                     " is not a positive time"));
+    }
+    for (size_t m = 0; m < verify_tokens_.size(); ++m) {
+      if (draft_passes * t >= seconds(b, m)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cost table: ", draft_passes, " draft passes of ", FormatNumber(t),
+            " s take all of ", CellName(batch_sizes_, verify_tokens_, b, m), " = ",
+            FormatNumber(seconds(b, m)), " s, leaving no time for the verify"));
+      }
+    }
+  }
+  draft_pass_seconds_ = std::move(draft_pass_seconds);
+  draft_passes_ = draft_passes;
+  return absl::OkStatus();
+}
+
+double CostTable::PredictDraftPass(double batch_size) const {
+  if (!has_draft_split()) return 0;
+  const absl::Span<const double> b_knots(batch_sizes_);
+  const int sb = FindSegment(b_knots, batch_size);
+  const double v =
+      OnSegment(b_knots, sb, batch_size, [&](int b) { return draft_pass_seconds_[b]; });
+  return v > 0 ? v : 0;
+}
+
+double CostTable::PredictStep(double batch_size, double verify_tokens, int passes) const {
+  const double whole = Predict(batch_size, verify_tokens);
+  if (!has_draft_split()) return whole;
+  const double v = whole - (draft_passes_ - passes) * PredictDraftPass(batch_size);
+  return v > kMinStepSeconds ? v : kMinStepSeconds;
 }
 
 double CostTable::Predict(double batch_size, double verify_tokens) const {

@@ -16,7 +16,18 @@
 // An optional "tp": the tensor-parallel degree the table was measured at
 // (a positive integer; `verdict profile` writes it), so that a server at
 // another degree can say its costs come from elsewhere. Other keys are
-// ignored, so a profiler may add its own metadata. Cells with
+// ignored, so a profiler may add its own metadata.
+//
+// Optional draft split (the draft planner needs it; scheduler/draft_planner.h):
+//   "draft_passes":       5,               the draft passes each measured step ran
+//   "draft_pass_seconds": [...]            one per batch size: one draft pass
+// "seconds" stays the whole step at draft_passes passes, so the verify planner
+// reads a split table as before; the verify alone is seconds minus
+// draft_passes * draft_pass_seconds[b], which must stay positive at every
+// cell. The two keys come together or not at all. A table without them still
+// loads: has_draft_split() is false and the draft planner falls back to
+// drafting the full depth for every request (what a whole-step table was
+// measured at). Cells with
 // M < B cannot be measured (each request verifies at least one row); a
 // profiler writes the time at M = B there.
 //
@@ -136,6 +147,22 @@ class CostTable {
   int measured_tp() const { return measured_tp_; }
   void set_measured_tp(int tp) { measured_tp_ = tp; }
 
+  // Adds the draft split (see the top of this file): one draft pass's seconds
+  // per batch size, from steps that ran `draft_passes` passes. Refuses a size
+  // mismatch, a non-positive or non-finite time, draft_passes outside
+  // [1, 255], and a split that leaves a cell's verify at or below zero.
+  absl::Status SetDraftSplit(std::vector<double> draft_pass_seconds, int draft_passes);
+  bool has_draft_split() const { return draft_passes_ > 0; }
+  int draft_passes() const { return draft_passes_; }
+  const std::vector<double>& draft_pass_seconds() const { return draft_pass_seconds_; }
+  // One draft pass at `batch_size`: linear along the batch axis as Predict,
+  // never below 0. 0 without a split.
+  double PredictDraftPass(double batch_size) const;
+  // The step with `passes` draft passes (0 = plain decode): Predict minus the
+  // passes the table's steps ran beyond `passes`. Without a split it is
+  // Predict, whatever `passes`. Never below kMinStepSeconds.
+  double PredictStep(double batch_size, double verify_tokens, int passes) const;
+
   const std::vector<double>& batch_sizes() const { return batch_sizes_; }
   const std::vector<double>& verify_tokens() const { return verify_tokens_; }
   double seconds(std::size_t b, std::size_t m) const {
@@ -149,6 +176,8 @@ class CostTable {
   std::vector<double> verify_tokens_;
   std::vector<double> seconds_;
   int measured_tp_ = 0;
+  std::vector<double> draft_pass_seconds_;  // empty without a split
+  int draft_passes_ = 0;
 };
 
 }  // namespace verdict

@@ -1,0 +1,116 @@
+// The draft planner: before the draft passes, on every TP rank, decides how
+// many draft passes the step runs and how deep each request drafts (0 = the
+// request runs as a plain decode row in the verify forward; 0 for all = a
+// plain decode step). The objective is the verify planner's: expected
+// committed tokens per predicted second of the whole step
+// (seeds/002_d567d7ab3f14fa00.txt, "the budget objective"), priced with the
+// cost table's draft split (scheduler/cost_table.h).
+//
+// Decision. Request i may draft up to cap_i = min(gamma, max_verify_len_i -
+// 1) tokens (0 when its speculation is disabled or it emitted a stop).
+// Drafting j+1 tokens gains survival s_ij = c_i0 * ... * c_ij (the estimator's
+// predicted acceptance per position; one or two steps old under overlap).
+// A plan is a depth d_i per request; it runs P = max d_i draft passes, and
+// the verify runs B + sum d_i rows, so it costs
+//   PredictStep(B, B + sum d_i, P)
+// and commits B + sum_i sum_{j < d_i} s_ij tokens in expectation. For each P
+// the best plan of total depth k is the top k survivals among drafts j < P
+// (survival never rises along a request's drafts, so the top k is a prefix
+// per request, and the cost depends on k and the actual maximum depth
+// only); the planner takes the best over every (P, k), the first on ties in
+// (P, k) order, which is the optimum over all depth vectors.
+//
+// Fallbacks: without a draft split in the table, with no table, or while the
+// confidence source is on its prior, every request drafts its cap (today's
+// behaviour, what a whole-step table was measured at). An operator's
+// speculation limit (drafts_allowed false) makes every depth 0.
+//
+// Determinism: as the verify planner: double arithmetic in a fixed order, a
+// total order on candidates, no threads. DraftPlanHash is what the engine
+// compares across ranks.
+#ifndef VERDICT_SCHEDULER_DRAFT_PLANNER_H_
+#define VERDICT_SCHEDULER_DRAFT_PLANNER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "scheduler/cost_table.h"
+#include "scheduler/verify_planner.h"
+
+namespace verdict {
+
+enum class DraftReason {
+  kPlanned,          // depths from the objective
+  kNoDraftSplit,     // the table cannot price passes apart: everyone drafts its cap
+  kConfidencePrior,  // the confidence source is on its prior: everyone drafts its cap
+  kOperatorLimit,    // drafts_allowed false (--speculation-max-batch): nobody drafts
+  kEmptyBatch,       // no requests
+};
+std::string_view DraftReasonName(DraftReason reason);
+
+struct DraftPlannerOptions {
+  int gamma = 5;               // 1 to 255
+  double min_survival = 1e-6;  // drafts below it are never planned; in [1e-12, 1]
+};
+
+// Same layout as PlannerInput: index i = 0..B-1.
+struct DraftPlannerInput {
+  absl::Span<const double> confidences;  // B * gamma, clamped to [0, 1], NaN is 0
+  absl::Span<const int32_t> max_verify_lens;  // B, each >= 1
+  absl::Span<const uint8_t> flags;            // kSpeculationDisabled | kStopEmitted; may be empty
+  bool confidence_ready = true;
+  bool drafts_allowed = true;
+};
+
+struct DraftPlan {
+  DraftReason reason = DraftReason::kEmptyBatch;
+  std::vector<int32_t> depths;  // per request, in [0, cap_i]
+  int passes = 0;               // max depth: the draft passes the step runs
+  int drafting_requests = 0;    // requests with depth > 0
+  int64_t total_depth = 0;      // sum of depths
+  // PredictStep(B, B + total_depth, passes); NaN without a table.
+  double predicted_step_seconds = 0;
+  double predicted_committed_tokens = 0;  // B + the survivals of the drafted tokens
+};
+
+uint64_t DraftPlanHash(const DraftPlan& plan);
+
+// One per rank, from the scheduling thread (Plan reuses its buffers).
+class DraftPlanner {
+ public:
+  static absl::StatusOr<DraftPlanner> Create(DraftPlannerOptions options,
+                                             std::optional<CostTable> cost_table);
+
+  // Refuses malformed input (sizes, a maximum verify length below 1, more
+  // than 2^24 - 1 requests) without planning.
+  absl::Status Plan(const DraftPlannerInput& input, DraftPlan* plan);
+
+  const DraftPlannerOptions& options() const { return options_; }
+
+ private:
+  struct Candidate {
+    double survival;
+    int32_t request;
+    int32_t position;
+  };
+
+  DraftPlanner(DraftPlannerOptions options, std::optional<CostTable> cost_table)
+      : options_(options), cost_table_(std::move(cost_table)) {}
+
+  void Finish(int64_t batch, absl::Span<const double> confidences, DraftPlan* plan) const;
+
+  DraftPlannerOptions options_;
+  std::optional<CostTable> cost_table_;
+  std::vector<int32_t> caps_;
+  std::vector<Candidate> candidates_;
+  std::vector<int32_t> depth_scratch_;
+};
+
+}  // namespace verdict
+
+#endif  // VERDICT_SCHEDULER_DRAFT_PLANNER_H_

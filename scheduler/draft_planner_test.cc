@@ -1,0 +1,228 @@
+#include "scheduler/draft_planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "scheduler/cost_table.h"
+#include "scheduler/verify_planner.h"
+
+namespace verdict {
+namespace {
+
+// Whole-step seconds rising with the verify tokens and the batch, plus a
+// split of `pass` seconds per draft pass at each batch size, measured at
+// `passes` passes.
+CostTable SplitTable(const std::vector<double>& pass, int passes, double verify_slope) {
+  const std::vector<double> batch_sizes = {1, 2, 4, 8};
+  const std::vector<double> tokens = {1, 4, 8, 16, 40};
+  std::vector<double> seconds;
+  for (size_t b = 0; b < batch_sizes.size(); ++b) {
+    for (double m : tokens) {
+      seconds.push_back(passes * pass[b] + 0.01 + 0.001 * batch_sizes[b] + verify_slope * m);
+    }
+  }
+  CostTable table = *CostTable::Create(batch_sizes, tokens, seconds);
+  EXPECT_TRUE(table.SetDraftSplit(pass, passes).ok());
+  return table;
+}
+
+double Objective(const CostTable& table, const std::vector<double>& confidences, int gamma,
+                 const std::vector<int32_t>& depths) {
+  const double b = static_cast<double>(depths.size());
+  double gain = b;
+  int64_t total = 0;
+  int passes = 0;
+  for (size_t i = 0; i < depths.size(); ++i) {
+    double survival = 1;
+    for (int j = 0; j < depths[i]; ++j) {
+      survival *= confidences[i * gamma + j];
+      gain += survival;
+    }
+    total += depths[i];
+    passes = std::max(passes, static_cast<int>(depths[i]));
+  }
+  return gain / table.PredictStep(b, b + static_cast<double>(total), passes);
+}
+
+// The best objective over every depth vector within the caps.
+double BruteForce(const CostTable& table, const std::vector<double>& confidences, int gamma,
+                  const std::vector<int32_t>& caps) {
+  std::vector<int32_t> depths(caps.size(), 0);
+  double best = -1;
+  while (true) {
+    best = std::max(best, Objective(table, confidences, gamma, depths));
+    size_t i = 0;
+    while (i < depths.size() && depths[i] == caps[i]) depths[i++] = 0;
+    if (i == depths.size()) break;
+    ++depths[i];
+  }
+  return best;
+}
+
+TEST(DraftPlannerTest, MatchesBruteForceOverDepths) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  int planned_partial = 0, planned_none = 0, planned_mixed = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int gamma = 1 + static_cast<int>(rng() % 4);
+    const int batch = 1 + static_cast<int>(rng() % 5);
+    std::vector<double> pass(4);
+    for (double& p : pass) p = 0.0005 + 0.01 * unit(rng);
+    std::sort(pass.begin(), pass.end());
+    const CostTable table = SplitTable(pass, 1 + static_cast<int>(rng() % 5), 0.002 * unit(rng));
+    std::vector<double> confidences(batch * gamma);
+    for (double& c : confidences) c = 0.05 + 0.95 * unit(rng);
+    std::vector<int32_t> max_lens(batch);
+    std::vector<uint8_t> flags(batch, 0);
+    std::vector<int32_t> caps(batch);
+    for (int i = 0; i < batch; ++i) {
+      max_lens[i] = 1 + static_cast<int>(rng() % (gamma + 2));
+      if (rng() % 8 == 0) flags[i] = kSpeculationDisabled;
+      caps[i] = flags[i] != 0 ? 0 : std::min(gamma, max_lens[i] - 1);
+    }
+    DraftPlanner planner = *DraftPlanner::Create({.gamma = gamma, .min_survival = 1e-12}, table);
+    DraftPlan plan;
+    ASSERT_TRUE(planner.Plan({.confidences = confidences, .max_verify_lens = max_lens,
+                              .flags = flags},
+                             &plan)
+                    .ok());
+    ASSERT_EQ(plan.reason, DraftReason::kPlanned);
+    ASSERT_EQ(plan.depths.size(), static_cast<size_t>(batch));
+    for (int i = 0; i < batch; ++i) {
+      ASSERT_GE(plan.depths[i], 0);
+      ASSERT_LE(plan.depths[i], caps[i]) << "trial " << trial << " request " << i;
+    }
+    const double got = Objective(table, confidences, gamma, plan.depths);
+    const double want = BruteForce(table, confidences, gamma, caps);
+    ASSERT_GE(got, want * (1 - 1e-12)) << "trial " << trial;
+    EXPECT_NEAR(plan.predicted_committed_tokens / plan.predicted_step_seconds, got, got * 1e-12);
+    EXPECT_EQ(plan.passes, *std::max_element(plan.depths.begin(), plan.depths.end()));
+    if (plan.passes == 0) ++planned_none;
+    if (plan.passes > 0 && plan.passes < gamma) ++planned_partial;
+    if (plan.drafting_requests > 0 && plan.drafting_requests < batch) ++planned_mixed;
+  }
+  // The random cases reach every kind of decision, so the comparison above
+  // covers them all.
+  EXPECT_GT(planned_none, 0);
+  EXPECT_GT(planned_partial, 0);
+  EXPECT_GT(planned_mixed, 0);
+}
+
+TEST(DraftPlannerTest, ExpensiveDraftPassesGivePlainDecode) {
+  const CostTable table = SplitTable({0.05, 0.05, 0.05, 0.05}, 4, 0.0001);
+  DraftPlanner planner = *DraftPlanner::Create({.gamma = 4}, table);
+  const std::vector<double> confidences(2 * 4, 0.3);
+  const std::vector<int32_t> max_lens = {5, 5};
+  DraftPlan plan;
+  ASSERT_TRUE(planner.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &plan).ok());
+  EXPECT_EQ(plan.reason, DraftReason::kPlanned);
+  EXPECT_EQ(plan.depths, (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(plan.passes, 0);
+  EXPECT_EQ(plan.drafting_requests, 0);
+  EXPECT_DOUBLE_EQ(plan.predicted_committed_tokens, 2.0);
+  EXPECT_DOUBLE_EQ(plan.predicted_step_seconds, table.PredictStep(2, 2, 0));
+}
+
+TEST(DraftPlannerTest, ConfidentRequestDraftsAndDoubtfulOneDoesNot) {
+  const CostTable table = SplitTable({0.001, 0.001, 0.001, 0.001}, 3, 0.002);
+  DraftPlanner planner = *DraftPlanner::Create({.gamma = 3}, table);
+  const std::vector<double> confidences = {0.99, 0.99, 0.99, 0.01, 0.01, 0.01};
+  const std::vector<int32_t> max_lens = {4, 4};
+  DraftPlan plan;
+  ASSERT_TRUE(planner.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &plan).ok());
+  EXPECT_EQ(plan.depths, (std::vector<int32_t>{3, 0}));
+  EXPECT_EQ(plan.passes, 3);
+  EXPECT_EQ(plan.drafting_requests, 1);
+  EXPECT_EQ(plan.total_depth, 3);
+}
+
+TEST(DraftPlannerTest, FallbacksAndOverride) {
+  const std::vector<double> confidences(2 * 3, 0.01);
+  const std::vector<int32_t> max_lens = {4, 2};
+  const std::vector<uint8_t> stopped = {0, kStopEmitted};
+  DraftPlan plan;
+
+  // A whole-step table: everyone drafts its cap, as before the split existed.
+  CostTable whole = *CostTable::Create({1}, {1, 8}, {0.01, 0.02});
+  DraftPlanner no_split = *DraftPlanner::Create({.gamma = 3}, whole);
+  ASSERT_TRUE(no_split.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &plan).ok());
+  EXPECT_EQ(plan.reason, DraftReason::kNoDraftSplit);
+  EXPECT_EQ(plan.depths, (std::vector<int32_t>{3, 1}));
+  EXPECT_EQ(plan.passes, 3);
+
+  DraftPlanner no_table = *DraftPlanner::Create({.gamma = 3}, std::nullopt);
+  ASSERT_TRUE(no_table
+                  .Plan({.confidences = confidences, .max_verify_lens = max_lens,
+                         .flags = stopped},
+                        &plan)
+                  .ok());
+  EXPECT_EQ(plan.reason, DraftReason::kNoDraftSplit);
+  EXPECT_EQ(plan.depths, (std::vector<int32_t>{3, 0}));
+  EXPECT_TRUE(std::isnan(plan.predicted_step_seconds));
+
+  DraftPlanner split = *DraftPlanner::Create({.gamma = 3}, SplitTable({1e-4, 1e-4, 1e-4, 1e-4}, 3, 0.001));
+  ASSERT_TRUE(split
+                  .Plan({.confidences = confidences, .max_verify_lens = max_lens,
+                         .confidence_ready = false},
+                        &plan)
+                  .ok());
+  EXPECT_EQ(plan.reason, DraftReason::kConfidencePrior);
+  EXPECT_EQ(plan.depths, (std::vector<int32_t>{3, 1}));
+
+  ASSERT_TRUE(split
+                  .Plan({.confidences = confidences, .max_verify_lens = max_lens,
+                         .drafts_allowed = false},
+                        &plan)
+                  .ok());
+  EXPECT_EQ(plan.reason, DraftReason::kOperatorLimit);
+  EXPECT_EQ(plan.depths, (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(plan.passes, 0);
+
+  ASSERT_TRUE(split.Plan({}, &plan).ok());
+  EXPECT_EQ(plan.reason, DraftReason::kEmptyBatch);
+  EXPECT_TRUE(plan.depths.empty());
+}
+
+TEST(DraftPlannerTest, RefusesMalformedInput) {
+  DraftPlanner planner = *DraftPlanner::Create({.gamma = 2}, std::nullopt);
+  DraftPlan plan;
+  const std::vector<double> three(3, 0.5);
+  const std::vector<int32_t> two = {3, 3};
+  EXPECT_FALSE(planner.Plan({.confidences = three, .max_verify_lens = two}, &plan).ok());
+  const std::vector<double> four(4, 0.5);
+  const std::vector<int32_t> zero = {3, 0};
+  EXPECT_FALSE(planner.Plan({.confidences = four, .max_verify_lens = zero}, &plan).ok());
+  const std::vector<uint8_t> one_flag = {0};
+  EXPECT_FALSE(
+      planner.Plan({.confidences = four, .max_verify_lens = two, .flags = one_flag}, &plan).ok());
+  EXPECT_FALSE(DraftPlanner::Create({.gamma = 0}, std::nullopt).ok());
+  EXPECT_FALSE(DraftPlanner::Create({.gamma = 2, .min_survival = 0}, std::nullopt).ok());
+}
+
+TEST(DraftPlannerTest, HashCoversTheDecision) {
+  const CostTable table = SplitTable({0.001, 0.001, 0.001, 0.001}, 3, 0.002);
+  DraftPlanner a = *DraftPlanner::Create({.gamma = 3}, table);
+  DraftPlanner b = *DraftPlanner::Create({.gamma = 3}, table);
+  const std::vector<double> confidences = {0.99, 0.99, 0.99, 0.01, 0.01, 0.01};
+  const std::vector<int32_t> max_lens = {4, 4};
+  DraftPlan pa, pb;
+  ASSERT_TRUE(a.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &pa).ok());
+  ASSERT_TRUE(b.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &pb).ok());
+  EXPECT_EQ(DraftPlanHash(pa), DraftPlanHash(pb));
+  DraftPlan changed = pa;
+  changed.depths[1] = 1;
+  EXPECT_NE(DraftPlanHash(changed), DraftPlanHash(pa));
+  changed = pa;
+  changed.passes = 2;
+  EXPECT_NE(DraftPlanHash(changed), DraftPlanHash(pa));
+  changed = pa;
+  changed.reason = DraftReason::kNoDraftSplit;
+  EXPECT_NE(DraftPlanHash(changed), DraftPlanHash(pa));
+}
+
+}  // namespace
+}  // namespace verdict
