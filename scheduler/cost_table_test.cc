@@ -124,6 +124,43 @@ TEST(CostTableTest, JsonRoundTripsExactly) {
   EXPECT_THAT(t.ToJson(), HasSubstr("\"batch_sizes\""));
 }
 
+// The optional draft split: the price of one draft pass per batch size,
+// at the table's number of draft passes; a step with fewer passes costs
+// that many passes less.
+TEST(CostTableTest, DraftSplitLoadsRoundTripsAndPricesFewerPasses) {
+  const absl::StatusOr<CostTable> t = CostTable::FromJson(
+      R"({"batch_sizes": [1, 4], "verify_tokens": [1, 8], "seconds": [[0.010, 0.012],
+          [0.020, 0.030]], "draft_passes": 4, "draft_pass_seconds": [0.001, 0.002]})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(t->has_draft_split());
+  EXPECT_DOUBLE_EQ(t->PredictDraftPass(4), 0.002);
+  EXPECT_DOUBLE_EQ(t->PredictStep(4, 8, 4), t->Predict(4, 8));
+  EXPECT_DOUBLE_EQ(t->PredictStep(4, 8, 0), 0.030 - 4 * 0.002);
+  EXPECT_DOUBLE_EQ(t->PredictStep(1, 1, 1), 0.010 - 3 * 0.001);
+  const absl::StatusOr<CostTable> back = CostTable::FromJson(t->ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->has_draft_split());
+  EXPECT_DOUBLE_EQ(back->PredictStep(4, 8, 0), t->PredictStep(4, 8, 0));
+
+  const auto refused = [](const std::string& json, const std::string& why) {
+    const absl::StatusOr<CostTable> bad = CostTable::FromJson(json);
+    ASSERT_FALSE(bad.ok()) << json;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr(why)) << json;
+  };
+  const std::string grid =
+      R"("batch_sizes": [1, 4], "verify_tokens": [1, 8], "seconds": [[0.010, 0.012], [0.020, 0.030]])";
+  refused("{" + grid + R"(, "draft_passes": 4})", "come together");
+  refused("{" + grid + R"(, "draft_passes": 4, "draft_pass_seconds": [0.001]})", "batch grid");
+  refused("{" + grid + R"(, "draft_passes": 4, "draft_pass_seconds": [0.001, 0.006]})",
+          "no time for the verify");
+  refused("{" + grid + R"(, "draft_passes": 0, "draft_pass_seconds": [0.001, 0.002]})",
+          "draft_passes");
+  // A table without the split prices every step whole.
+  const CostTable whole = *CostTable::Create({1, 4}, {1, 8}, {0.010, 0.012, 0.020, 0.030});
+  EXPECT_FALSE(whole.has_draft_split());
+  EXPECT_DOUBLE_EQ(whole.PredictStep(4, 8, 0), whole.Predict(4, 8));
+}
+
 TEST(CostTableTest, SaveAndLoad) {
   const CostTable t = AffineTable();
   const std::string path = std::string(::testing::TempDir()) + "/cost_table_test.json";
