@@ -739,13 +739,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     // The mass of the ids kept at threshold t, streamed again tile by tile
     // (top-k / top-p rows), summed over the cluster.
     int exchanges = 0;  // mass slots used
-    auto cluster_kept_mass = [&](float t) -> unsigned long long {
-      unsigned long long local = 0;
-      for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
-        const TileResult r =
-            StreamTile(a, row_logits, first_tile + tile, rz, t, false, false, false);
-        if (Lane() == 0) local += TileMassAtRowMax(r.sum, r.max, row_max);
-      }
+    // The CTAs' partial masses summed over the cluster (every CTA gets the
+    // total), through a slot of its own per exchange.
+    auto sum_over_cluster = [&](unsigned long long local) -> unsigned long long {
       local = BlockSumU64(local, scratch);
       const int slot = exchanges++;
       if (tid == 0) slots.mass[slot] = local;
@@ -757,6 +753,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       }
       __syncthreads();
       return b.mass;
+    };
+    auto cluster_kept_mass = [&](float t) -> unsigned long long {
+      unsigned long long local = 0;
+      for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
+        const TileResult r =
+            StreamTile(a, row_logits, first_tile + tile, rz, t, false, false, false);
+        if (Lane() == 0) local += TileMassAtRowMax(r.sum, r.max, row_max);
+      }
+      return sum_over_cluster(local);
     };
 
     // One selection round: a histogram of the ids kept at `t` (counts, and
@@ -976,17 +981,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
           local += TileMassAtRowMax(list_tile_sum[i], FromOrderKey(list_tile_key[i]), row_max);
         }
       }
-      local = BlockSumU64(local, scratch);
-      const int slot = exchanges++;
-      if (tid == 0) slots.mass[slot] = local;
-      cluster.sync();
-      if (tid == 0) {
-        unsigned long long total = 0;
-        for (int c = 0; c < splits; ++c) total += cluster.map_shared_rank(&slots, c)->mass[slot];
-        b.mass = total;
-      }
-      __syncthreads();
-      return b.mass;
+      return sum_over_cluster(local);
     };
 
     unsigned long long mass = b.mass;
