@@ -58,6 +58,9 @@ TEST(GenerationConfigTest, BadFieldsNameTheFileAndField) {
       {R"({"temperature": "hot"})", "temperature"},
       {R"({"top_p": 0})", "top_p"},
       {R"({"top_p": 1.5})", "top_p"},
+      {R"({"min_p": 1.5})", "min_p must be in [0, 1]"},
+      {R"({"min_p": -0.1})", "min_p must be in [0, 1]"},
+      {R"({"min_p": "low"})", "min_p"},
       {R"({"top_k": -3})", "top_k"},
   };
   for (const Case& c : cases) {
