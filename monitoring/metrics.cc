@@ -40,6 +40,15 @@ Buckets VerifyTokenBuckets() {
   return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
 }
 
+// Draft passes per step: whole numbers from 0 (a plain decode step) to
+// gamma <= 16.
+Buckets DraftPassBuckets() { return {0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16}; }
+
+// Requests per step: 0 (nobody drafts), then powers of two to a large batch.
+Buckets RequestCountBuckets() {
+  return {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+}
+
 // Shares in [0, 1], tenths; the 0 bucket counts steps that verify no draft.
 Buckets RatioBuckets() { return {0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1}; }
 
@@ -169,6 +178,20 @@ ServingMetrics::ServingMetrics(std::shared_ptr<prometheus::Registry> registry)
           *registry_, "verdict_step_prediction_relative_error",
           "|predicted - measured| / measured seconds (draft + verify) of a step with a cost table",
           RelativeErrorBuckets())),
+      draft_passes_(Histogram(*registry_, "verdict_step_draft_passes",
+                              "Draft passes one decode step ran (0: a plain decode step)",
+                              DraftPassBuckets())),
+      drafting_requests_(Histogram(*registry_, "verdict_step_drafting_requests",
+                                   "Requests that proposed drafts in one decode step",
+                                   RequestCountBuckets())),
+      plain_rows_(Counter(*registry_, "verdict_plain_decode_rows_total",
+                          "Rows of speculative requests that drafted nothing in their step "
+                          "(the draft plan's depth 0): one committed token each")),
+      draft_plan_steps_family_(CounterFamily(
+          *registry_, "verdict_draft_plan_steps_total",
+          "Decode steps by the draft plan's reason: planned depths from the cost table's "
+          "draft split; no-draft-split and confidence-prior drafted every request's cap; "
+          "operator-limit drafted nothing (--speculation-max-batch)")),
       plan_steps_family_(CounterFamily(
           *registry_, "verdict_plan_steps_total",
           "Decode steps by plan reason; no-cost-table, confidence-prior and small-batch "
@@ -240,6 +263,9 @@ void ServingMetrics::Configure(const EngineInfo& info) {
   world_size_.Set(info.world_size);
   ranks_up_.Set(info.world_size);
   for (const std::string& reason : info.plan_reasons) plan_steps_family_.Add({{"reason", reason}});
+  for (const std::string& reason : info.draft_reasons) {
+    draft_plan_steps_family_.Add({{"reason", reason}});
+  }
 
   positions_.clear();
   for (int k = 0; k < info.num_draft_tokens; ++k) {
@@ -301,6 +327,12 @@ void ServingMetrics::RecordStep(const StepRecord& step) {
   if (!step.plan_reason.empty()) {
     plan_steps_family_.Add({{"reason", std::string(step.plan_reason)}}).Increment();
   }
+  if (!step.draft_reason.empty()) {
+    draft_plan_steps_family_.Add({{"reason", std::string(step.draft_reason)}}).Increment();
+  }
+  draft_passes_.Observe(step.draft_passes);
+  drafting_requests_.Observe(step.drafting_requests);
+  plain_rows_.Increment(step.plain_rows);
   int proposed = 0, verified = 0, accepted = 0;
   for (const DraftOutcome& d : step.drafts) {
     proposed += d.proposed;

@@ -72,11 +72,13 @@ struct EngineInfo {
   // Every value the plan reason can take (PlanReasonName), so that each
   // verdict_plan_steps_total series exists, at 0, before its first step.
   std::vector<std::string> plan_reasons;
+  // The same for verdict_draft_plan_steps_total (DraftReasonName).
+  std::vector<std::string> draft_reasons;
 };
 
 // One speculative request's verify in a step.
 struct DraftOutcome {
-  int proposed = 0;  // drafts the draft model produced (gamma)
+  int proposed = 0;  // drafts the draft model produced (the request's draft depth)
   int verified = 0;  // drafts the target checked (the verify length - 1)
   int accepted = 0;  // accepted prefix, <= verified
 };
@@ -84,6 +86,12 @@ struct DraftOutcome {
 // One decode step as rank 0 saw it.
 struct StepRecord {
   std::string_view plan_reason;  // PlanReasonName of the step's plan
+  std::string_view draft_reason;  // DraftReasonName of the step's draft plan
+  int draft_passes = 0;           // the draft passes the step ran
+  int drafting_requests = 0;      // requests that proposed drafts
+  // Speculative requests that drafted nothing (depth 0): a plain decode row
+  // each, one committed token.
+  int plain_rows = 0;
   // Drafts the plan verifies and the full block's drafts (speculative
   // requests x gamma); the ratio is recorded when the block is not empty.
   int64_t planned_budget = 0;
@@ -191,6 +199,10 @@ class ServingMetrics {
   prometheus::Histogram& verify_seconds_;
   prometheus::Histogram& predicted_seconds_;
   prometheus::Histogram& prediction_error_;
+  prometheus::Histogram& draft_passes_;
+  prometheus::Histogram& drafting_requests_;
+  prometheus::Counter& plain_rows_;
+  prometheus::Family<prometheus::Counter>& draft_plan_steps_family_;
   prometheus::Family<prometheus::Counter>& plan_steps_family_;
   prometheus::Gauge& estimator_ready_;
   prometheus::Family<prometheus::Gauge>& estimator_fitted_family_;

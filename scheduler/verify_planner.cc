@@ -308,13 +308,25 @@ void VerifyPlanner::VerifyEverything(int64_t batch, PlanReason reason, VerifyPla
   }
   plan->reason = reason;
   plan->budget = budget;
-  plan->verify_tokens = batch * (gamma + 1);
+  plan->verify_tokens = block_rows_;
   plan->packed = false;
-  plan->predicted_step_seconds =
-      cost_table_.has_value() ? cost_table_->Predict(static_cast<double>(batch),
-                                                     static_cast<double>(plan->verify_tokens))
-                              : std::numeric_limits<double>::quiet_NaN();
+  plan->predicted_step_seconds = PredictStep(batch, plan->verify_tokens);
   plan->predicted_committed_tokens = tokens;
+}
+
+double VerifyPlanner::DraftPassesNotRun(int64_t batch) const {
+  if (!cost_table_.has_value() || draft_passes_ < 0 || !cost_table_->has_draft_split()) return 0;
+  return (cost_table_->draft_passes() - draft_passes_) *
+         cost_table_->PredictDraftPass(static_cast<double>(batch));
+}
+
+double VerifyPlanner::PredictStep(int64_t batch, int64_t verify_tokens) const {
+  if (!cost_table_.has_value()) return std::numeric_limits<double>::quiet_NaN();
+  if (draft_passes_ >= 0) {
+    return cost_table_->PredictStep(static_cast<double>(batch), static_cast<double>(verify_tokens),
+                                    draft_passes_);
+  }
+  return cost_table_->Predict(static_cast<double>(batch), static_cast<double>(verify_tokens));
 }
 
 absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
@@ -333,7 +345,21 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
     return absl::InvalidArgumentError(
         absl::StrCat("verify planner: ", batch, " requests (at most ", kMaxBatch, ")"));
   }
+  if (!input.draft_depths.empty() && input.draft_depths.size() != static_cast<size_t>(batch)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "verify planner: ", input.draft_depths.size(), " draft depths for ", batch, " requests"));
+  }
+  if (input.draft_passes > gamma) {
+    return absl::InvalidArgumentError(absl::StrCat("verify planner: ", input.draft_passes,
+                                                   " draft passes (gamma is ", gamma, ")"));
+  }
   for (int64_t i = 0; i < batch; ++i) {
+    if (!input.draft_depths.empty() &&
+        (input.draft_depths[i] < 0 || input.draft_depths[i] > gamma)) {
+      return absl::InvalidArgumentError(absl::StrCat("verify planner: request ", i,
+                                                     " has draft depth ", input.draft_depths[i],
+                                                     " (0 to gamma ", gamma, ")"));
+    }
     if (input.max_verify_lens[i] < 1) {
       return absl::InvalidArgumentError(absl::StrCat("verify planner: request ", i,
                                                      " has maximum verify length ",
@@ -343,6 +369,7 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
 
   plan->mode = options_.mode;
   plan->verify_lens.resize(batch);
+  draft_passes_ = input.draft_passes;
   if (batch == 0) {
     plan->reason = PlanReason::kEmptyBatch;
     plan->budget = 0;
@@ -359,9 +386,12 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
     plan->budget = 0;
     plan->verify_tokens = batch;  // one row per request, in every layout
     plan->packed = false;
-    // The table prices steps with their draft passes; this one runs none, so
-    // the table says nothing about it.
-    plan->predicted_step_seconds = std::numeric_limits<double>::quiet_NaN();
+    // The table prices steps with their draft passes; this one runs none,
+    // which only a table with the draft split can price.
+    plan->predicted_step_seconds =
+        cost_table_.has_value() && cost_table_->has_draft_split() && draft_passes_ == 0
+            ? cost_table_->PredictStep(static_cast<double>(batch), static_cast<double>(batch), 0)
+            : std::numeric_limits<double>::quiet_NaN();
     plan->predicted_committed_tokens = static_cast<double>(batch);
     return absl::OkStatus();
   }
@@ -376,9 +406,18 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
   const uint8_t* const flags = input.flags.empty() ? nullptr : input.flags.data();
   int32_t* const caps = caps_.data();
   double* const survivals = survival_.data();
+  const int32_t* const depths = input.draft_depths.empty() ? nullptr : input.draft_depths.data();
+  // The uniform layout: every request's proposed drafts and its last row.
+  block_rows_ = depths == nullptr ? batch * (gamma + 1) : batch;
+  block_drafts_ = depths == nullptr ? batch * gamma : 0;
   for (int64_t i = 0; i < batch; ++i) {
     const uint8_t f = flags == nullptr ? 0 : flags[i];
     caps[i] = (f & kSpeculationDisabled) ? 1 : std::min<int32_t>(max_lens[i], gamma + 1);
+    if (depths != nullptr) {
+      caps[i] = std::min(caps[i], depths[i] + 1);
+      block_rows_ += depths[i];
+      block_drafts_ += depths[i];
+    }
     double survival = (f & kStopEmitted) ? 0.0 : 1.0;
     for (int j = 0; j < gamma; ++j) {
       survival *= ClampConfidence(confidences[i * gamma + j]);
@@ -413,7 +452,7 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
       return absl::OkStatus();
     }
     cost_table_->CurveAt(static_cast<double>(batch), &curve_);
-    const double full_block = curve_.At(static_cast<double>(batch * (gamma + 1)));
+    const double full_block = curve_.At(static_cast<double>(block_rows_));
     const double shortest = curve_.At(static_cast<double>(batch));
     // Trimming cannot pay when even verifying no draft at all costs as much
     // as the full block (seeds/002_d567d7ab3f14fa00.txt, "Small batches").
@@ -448,11 +487,19 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
     // k* = argmax tau(k) / cost(B, B + k) over every k, the first on ties.
     // Costs are positive, so a / b > c / d is compared as a * d > c * b,
     // without a division per k.
+    // The whole step's curve less the draft passes it does not run: the
+    // same offset at every k, as CostTable::PredictStep takes it.
+    const double not_run = DraftPassesNotRun(batch);
+    const auto priced = [not_run](double seconds) {
+      const double v = seconds - not_run;
+      return v > kMinStepSeconds ? v : kMinStepSeconds;
+    };
     double tau = static_cast<double>(batch);
-    double best_cost = curve_.At(static_cast<double>(batch));  // k = 0
+    double best_cost = priced(curve_.At(static_cast<double>(batch)));  // k = 0
     const Candidate* const sorted = sorted_.data();
-    curve_.Sweep(static_cast<double>(batch + 1), num_candidates_, [&](int64_t index, double cost) {
+    curve_.Sweep(static_cast<double>(batch + 1), num_candidates_, [&](int64_t index, double raw) {
       const int64_t k = index + 1;
+      const double cost = priced(raw);
       tau += sorted[index].survival;
       if (tau * best_cost > tau_star * cost) {
         // Kept a branch (the empty asm stops if-conversion): improvements
@@ -476,12 +523,9 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
   // (seeds/002_d567d7ab3f14fa00.txt, "full-block plans take the cached
   // uniform layout, without packing"). A pin keeps the packed layout: the
   // profiler measures exactly its rows.
-  plan->packed = options_.mode == VerifyMode::kCompact && (pinned || k_star < batch * gamma);
-  plan->verify_tokens = plan->packed ? batch + k_star : batch * (gamma + 1);
-  plan->predicted_step_seconds =
-      cost_table_.has_value() ? cost_table_->Predict(static_cast<double>(batch),
-                                                     static_cast<double>(plan->verify_tokens))
-                              : std::numeric_limits<double>::quiet_NaN();
+  plan->packed = options_.mode == VerifyMode::kCompact && (pinned || k_star < block_drafts_);
+  plan->verify_tokens = plan->packed ? batch + k_star : block_rows_;
+  plan->predicted_step_seconds = PredictStep(batch, plan->verify_tokens);
   plan->predicted_committed_tokens = tau_star;
   return absl::OkStatus();
 }

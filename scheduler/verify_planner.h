@@ -99,9 +99,20 @@ struct PlannerInput {
   absl::Span<const uint8_t> flags;
   // ConfidenceSource::ready(): false while the source is on its prior.
   bool confidence_ready = true;
-  // False: the step drafts nothing (EngineOptions::speculation_max_batch), so
-  // every request verifies one row, whatever the mode and the confidences.
+  // False: the step drafts nothing (the draft plan, or
+  // EngineOptions::speculation_max_batch), so every request verifies one
+  // row, whatever the mode and the confidences.
   bool drafts = true;
+  // The draft plan of the step (scheduler/draft_planner.h), when it ran one:
+  // per request the drafts it proposed (0 to gamma), which cap its verify
+  // length at depth + 1 and make its rows in the uniform layout depth + 1.
+  // Empty: every request has the full gamma (the full block is B * (gamma +
+  // 1) rows).
+  absl::Span<const int32_t> draft_depths;
+  // The draft passes the step ran: with a cost table that has the draft
+  // split, steps are priced with this many passes (CostTable::PredictStep).
+  // Negative: at the table's own passes (CostTable::Predict).
+  int draft_passes = -1;
 };
 
 struct VerifyPlan {
@@ -115,14 +126,16 @@ struct VerifyPlan {
   // k*, the argmax of the objective.
   int64_t budget = 0;
   // Target rows the step runs: sum(verify_lens) when packed, else the full
-  // block B * (gamma + 1).
+  // block: B * (gamma + 1), or sum(draft_depths + 1) with a draft plan.
   int64_t verify_tokens = 0;
   // True when the step verifies the packed planned rows (compact mode, with a
   // pinned budget or a planned one below the full block B * gamma); false
   // for the uniform full-block layout.
   bool packed = false;
-  // cost(B, verify_tokens) from the table; NaN without a table and for a
-  // step without drafts (the table prices steps with their draft passes).
+  // cost(B, verify_tokens) from the table (at the step's draft passes when
+  // the input names them and the table has the split); NaN without a table,
+  // and for a step without drafts unless the table can price one (the
+  // draft split, at zero passes).
   double predicted_step_seconds = 0;
   // Expected committed tokens: B + the survivals of every verified draft (one
   // bonus or correction token per request, plus each draft's chance to be
@@ -185,6 +198,11 @@ class VerifyPlanner {
   VerifyPlanner(PlannerOptions options, std::optional<CostTable> cost_table);
 
   void VerifyEverything(int64_t batch, PlanReason reason, VerifyPlan* plan);
+  // The step's cost at `verify_tokens` rows, NaN without a table.
+  double PredictStep(int64_t batch, int64_t verify_tokens) const;
+  // What the table's whole-step seconds say beyond the step's own draft
+  // passes (0 unless the input names them and the table has the split).
+  double DraftPassesNotRun(int64_t batch) const;
   // Fills candidates_ (j-major) with every (i, j) the step may verify and
   // chooses the sort key for them.
   void CollectCandidates(int64_t batch, bool pinned);
@@ -207,6 +225,9 @@ class VerifyPlanner {
   std::vector<Candidate> sorted_;
   std::vector<int32_t> digit_count_;  // two radix histograms, zero between steps
   int32_t num_candidates_ = 0;
+  int draft_passes_ = -1;      // this step's PlannerInput::draft_passes
+  int64_t block_rows_ = 0;     // this step's uniform layout
+  int64_t block_drafts_ = 0;   // drafts in it
   int digit_bits_ = 1;  // radix digit width of this step's keys
   CostCurve curve_;
 };

@@ -316,6 +316,81 @@ TEST(VerifyPlannerTest, AStepWithoutDraftsVerifiesOneRowPerRequestInEveryMode) {
   }
 }
 
+// The draft plan's depths cap each request's verify length at depth + 1 and
+// make the uniform layout each request's drafts and its last row; with the
+// table's draft split the step is priced at the passes it ran.
+TEST(VerifyPlannerTest, DraftDepthsCapTheLengthsAndShapeTheUniformLayout) {
+  CostTable table =
+      *CostTable::Create({1, 64}, {1, 64, 512}, {0.010, 0.014, 0.060, 0.020, 0.024, 0.090});
+  ASSERT_TRUE(table.SetDraftSplit({0.001, 0.002}, 5).ok());
+  const std::vector<double> confidences(3 * 5, 0.9);
+  const std::vector<int32_t> caps(3, 6);
+  const std::vector<int32_t> depths = {0, 2, 5};
+  for (const VerifyMode mode : {VerifyMode::kStatic, VerifyMode::kCapAccept}) {
+    VerifyPlanner planner = MakePlanner(mode, 5, table);
+    PlannerInput input;
+    input.confidences = confidences;
+    input.max_verify_lens = caps;
+    input.draft_depths = depths;
+    input.draft_passes = 5;
+    VerifyPlan plan;
+    ASSERT_TRUE(planner.Plan(input, &plan).ok());
+    if (mode == VerifyMode::kStatic) {
+      EXPECT_THAT(plan.verify_lens, ElementsAre(1, 3, 6));
+      EXPECT_EQ(plan.budget, 7);
+    }
+    for (size_t i = 0; i < depths.size(); ++i) EXPECT_LE(plan.verify_lens[i], depths[i] + 1);
+    EXPECT_EQ(plan.verify_tokens, 1 + 3 + 6) << VerifyModeName(mode);
+    EXPECT_FALSE(plan.packed);
+    EXPECT_DOUBLE_EQ(plan.predicted_step_seconds, table.PredictStep(3, 10, 5));
+
+    // Two passes: the table's whole step less three passes at B = 3.
+    const std::vector<int32_t> shallow = {0, 2, 1};
+    input.draft_depths = shallow;
+    input.draft_passes = 2;
+    ASSERT_TRUE(planner.Plan(input, &plan).ok());
+    EXPECT_EQ(plan.verify_tokens, 1 + 3 + 2);
+    EXPECT_DOUBLE_EQ(plan.predicted_step_seconds, table.PredictStep(3, plan.verify_tokens, 2));
+    EXPECT_LT(plan.predicted_step_seconds, table.Predict(3, plan.verify_tokens));
+  }
+  // Compact: a plan of every proposed draft is the full block, unpacked.
+  VerifyPlanner compact = MakePlanner(VerifyMode::kCompact, 5, CostTable(table));
+  PlannerInput input;
+  const std::vector<double> sure(3 * 5, 1.0);
+  input.confidences = sure;
+  input.max_verify_lens = caps;
+  input.draft_depths = depths;
+  input.draft_passes = 5;
+  VerifyPlan plan;
+  ASSERT_TRUE(compact.Plan(input, &plan).ok());
+  EXPECT_THAT(plan.verify_lens, ElementsAre(1, 3, 6));
+  EXPECT_FALSE(plan.packed);
+  EXPECT_EQ(plan.verify_tokens, 10);
+
+  // A step without drafts is priced as plain decode when the table can.
+  input.draft_depths = {};
+  input.draft_passes = 0;
+  input.drafts = false;
+  ASSERT_TRUE(compact.Plan(input, &plan).ok());
+  EXPECT_EQ(plan.reason, PlanReason::kNoDrafts);
+  EXPECT_DOUBLE_EQ(plan.predicted_step_seconds, table.PredictStep(3, 3, 0));
+
+  // Depths outside [0, gamma], of the wrong count, or more passes than gamma.
+  const std::vector<int32_t> deep = {0, 6, 1};
+  const std::vector<int32_t> two = {1, 1};
+  input.drafts = true;
+  input.draft_passes = 1;
+  input.draft_depths = deep;
+  EXPECT_THAT(std::string(compact.Plan(input, &plan).message()), ::testing::HasSubstr("depth 6"));
+  input.draft_depths = two;
+  EXPECT_THAT(std::string(compact.Plan(input, &plan).message()),
+              ::testing::HasSubstr("2 draft depths for 3"));
+  input.draft_depths = {};
+  input.draft_passes = 6;
+  EXPECT_THAT(std::string(compact.Plan(input, &plan).message()),
+              ::testing::HasSubstr("6 draft passes"));
+}
+
 TEST(VerifyPlannerTest, PinnedBudgetHitsTheTokenCountItAsks) {
   // Pinned budgets include drafts of zero survival: a profiler measuring
   // cost(B, M) needs exactly M rows, even from scratch (no table, prior).

@@ -66,11 +66,14 @@ def check_report(out, name):
                   f"{where} request {r['index']}: {r['streamed_tokens']} streamed, "
                   f"{r['completion_tokens']} in usage, {MAX_TOKENS} asked for")
             if speculative:
-                # Each verify step commits its accepted drafts plus one token.
+                # Each verify step commits its accepted drafts plus one token,
+                # each plain step (no drafts: the request's last token) one.
                 check(r["verify_steps"] > 0 and
-                      r["accepted_tokens"] + r["verify_steps"] == r["completion_tokens"],
+                      r["accepted_tokens"] + r["verify_steps"] + r["plain_steps"] ==
+                      r["completion_tokens"],
                       f"{where} request {r['index']}: {r['accepted_tokens']} accepted + "
-                      f"{r['verify_steps']} steps != {r['completion_tokens']} tokens")
+                      f"{r['verify_steps']} verify steps + {r['plain_steps']} plain steps "
+                      f"!= {r['completion_tokens']} tokens")
             else:
                 check(r["verify_steps"] == 0 and r["draft_tokens"] == 0,
                       f"{where} request {r['index']}: speculative usage with speculation off")

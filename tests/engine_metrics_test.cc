@@ -284,16 +284,28 @@ TEST_F(EngineMetricsTest, PlannerFiguresMatchTheEngine) {
   // table makes the planner trim.
   EXPECT_GT(m.at("verdict_plan_steps_total{reason=\"confidence-prior\"}"), 0);
   EXPECT_GT(m.at("verdict_plan_steps_total{reason=\"planned\"}"), 0);
-  EXPECT_EQ(m.at("verdict_planned_budget_ratio_count"), st.steps);
-  EXPECT_LT(m.at("verdict_planned_budget_ratio_sum"), st.steps);  // some step trimmed
-  for (const char* family : {"verdict_step_verify_seconds", "verdict_step_predicted_seconds",
-                             "verdict_step_prediction_relative_error",
-                             "verdict_step_collective_seconds", "verdict_step_verify_tokens"}) {
+  // Steps where nobody drafted (the last request's last token: it has no
+  // room for a draft) have no block to trim and, with a table without the
+  // draft split, no prediction.
+  const int64_t drafting_steps = st.steps - st.plain_steps;
+  EXPECT_EQ(m.at("verdict_planned_budget_ratio_count"), drafting_steps);
+  EXPECT_LT(m.at("verdict_planned_budget_ratio_sum"), drafting_steps);  // some step trimmed
+  for (const char* family : {"verdict_step_verify_seconds", "verdict_step_collective_seconds",
+                             "verdict_step_verify_tokens", "verdict_step_draft_passes",
+                             "verdict_step_drafting_requests"}) {
     EXPECT_EQ(m.at(absl::StrCat(family, "_count")), st.steps) << family;
   }
+  for (const char* family :
+       {"verdict_step_predicted_seconds", "verdict_step_prediction_relative_error"}) {
+    EXPECT_EQ(m.at(absl::StrCat(family, "_count")), drafting_steps) << family;
+  }
+  EXPECT_EQ(m.at("verdict_step_draft_passes_sum"), st.draft_passes);
+  EXPECT_EQ(SumOf(m, "verdict_draft_plan_steps_total"), st.steps);
+  // The table has no draft split: every request drafts its cap.
+  EXPECT_EQ(m.at("verdict_draft_plan_steps_total{reason=\"no-draft-split\"}"), st.steps);
   EXPECT_GT(m.at("verdict_step_verify_seconds_sum"), 0);
   // The cost table prices every step between 10 ms and 200 ms.
-  EXPECT_GE(m.at("verdict_step_predicted_seconds_sum"), 0.010 * st.steps);
+  EXPECT_GE(m.at("verdict_step_predicted_seconds_sum"), 0.010 * drafting_steps);
   EXPECT_LE(m.at("verdict_step_predicted_seconds_sum"), 0.200 * st.steps);
   // At least every row of every request-step, at most the full blocks.
   EXPECT_GE(m.at("verdict_step_verify_tokens_sum"), st.spec_steps + st.verified);

@@ -355,6 +355,7 @@ constexpr int kTinyVocab = 128;
 constexpr int kPlanConcurrency = 16;
 constexpr int kPlanRequests = 950;
 constexpr int kMinPlanSteps = 1000;
+constexpr int kDraftPlanRequests = 160;  // about 190 steps of 16 requests
 
 ModelConfig TinyConfig() {
   ModelConfig config = TinyModelConfig(ModelFamily::kLlama);
@@ -592,6 +593,101 @@ TEST_P(SpeculationMaxBatchTpTest, EveryRankSkipsTheSameStepsAndMatchesTp1) {
 
 INSTANTIATE_TEST_SUITE_P(Overlap, SpeculationMaxBatchTpTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "overlap" : "plain"; });
+
+// ------------------------------------------------------------ draft plans
+
+// A cost table with the draft split (scheduler/cost_table.h): steps cost
+// `fixed` + `row` per verify row + five draft passes of `pass` seconds.
+std::string WriteDraftSplitTable(const std::string& name, double fixed, double row, double pass) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/engine_tp_", name,
+                                        "_rank", Rank(), ".json");
+  const auto cell = [&](double batch, int m) { return fixed + 1e-5 * batch + row * m + 5 * pass; };
+  std::ofstream out(path);
+  out << "{\"batch_sizes\": [1, 16, 64], \"verify_tokens\": [1, 16, 128, 512], \"seconds\": [";
+  const double batches[] = {1, 16, 64};
+  for (int b = 0; b < 3; ++b) {
+    out << (b > 0 ? ", [" : "[") << cell(batches[b], 1) << ", " << cell(batches[b], 16) << ", "
+        << cell(batches[b], 128) << ", " << cell(batches[b], 512) << "]";
+  }
+  out << "], \"draft_passes\": 5, \"draft_pass_seconds\": [" << pass << ", " << pass << ", "
+      << pass << "]}";
+  out.close();
+  EXPECT_TRUE(out.good()) << path;
+  return path;
+}
+
+// The draft plan across ranks (scheduler/draft_planner.h): every rank plans
+// the same depths (compared every step with the verify plan and the
+// estimator), runs rank 0's, and commits TP 1's tokens; the greedy requests
+// equal the target's autoregressive ones. With costly draft passes the
+// engine decodes plainly once the estimator has its fit; with passes at a
+// fifth of the step's fixed cost it drafts for some requests and steps.
+class DraftPlanTpTest
+    : public ::testing::TestWithParam<std::tuple<VerifyMode, bool, bool>> {};
+
+TEST_P(DraftPlanTpTest, EveryRankDraftsTheSameAndMatchesTp1) {
+  const auto [mode, overlap, costly] = GetParam();
+  const std::string dir = WriteTinyPair();
+  const std::string table = costly ? WriteDraftSplitTable("costly_drafts", 1e-4, 1e-3, 1e-2)
+                                   : WriteDraftSplitTable("paying_drafts", 1e-2, 4e-4, 2e-3);
+  const EngineOptions options = PlanOptions(mode, table, overlap);
+  const std::vector<GenerationRequest> requests = PlanWorkload(kDraftPlanRequests);
+
+  PlanRun reference, autoregressive;
+  OnRankZeroWhileOthersWait([&] {
+    LocalCommunicator local;
+    reference = RunPlanWorkload(&local, options, dir, /*speculation=*/true, requests);
+    autoregressive = RunPlanWorkload(&local, options, dir, /*speculation=*/false, requests);
+  });
+  std::unique_ptr<Communicator> comm = MakeMpiCommunicator();
+  ASSERT_NE(comm, nullptr);
+  const PlanRun run = RunPlanWorkload(comm.get(), options, dir, /*speculation=*/true, requests);
+  EXPECT_EQ(run.stats.plan_checks, run.stats.steps);
+  EXPECT_EQ(run.stats.plan_mismatches, 0);
+  if (Rank() != 0) return;
+  std::fprintf(stderr,
+               "TP %d: %lld steps, %lld plain, %lld draft passes, drafted %lld, accepted %lld\n",
+               World(), static_cast<long long>(run.stats.steps),
+               static_cast<long long>(run.stats.plain_steps),
+               static_cast<long long>(run.stats.draft_passes),
+               static_cast<long long>(run.stats.drafted),
+               static_cast<long long>(run.stats.accepted));
+  // Drafting on the estimator's prior, then by the plan.
+  EXPECT_GT(run.stats.draft_passes, 0);
+  if (costly) {
+    EXPECT_GT(run.stats.plain_steps, run.stats.steps / 2);
+  } else {
+    EXPECT_LT(run.stats.plain_steps, run.stats.steps);
+    EXPECT_LT(run.stats.drafted, 5 * run.stats.spec_steps) << "every draft at full depth";
+  }
+  ASSERT_EQ(run.outputs.size(), requests.size());
+  ASSERT_EQ(reference.outputs.size(), requests.size());
+  ASSERT_EQ(autoregressive.outputs.size(), requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(run.outputs[i].token_ids, reference.outputs[i].token_ids) << "request " << i;
+    EXPECT_EQ(run.outputs[i].usage.draft_tokens, reference.outputs[i].usage.draft_tokens) << i;
+    if (requests[i].params.temperature == 0.0f) {
+      EXPECT_EQ(run.outputs[i].token_ids, autoregressive.outputs[i].token_ids)
+          << "greedy request " << i;
+    }
+  }
+  EXPECT_EQ(run.stats.steps, reference.stats.steps);
+  EXPECT_EQ(run.stats.plain_steps, reference.stats.plain_steps);
+  EXPECT_EQ(run.stats.draft_passes, reference.stats.draft_passes);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, DraftPlanTpTest,
+    ::testing::Combine(::testing::Values(VerifyMode::kStatic, VerifyMode::kCapAccept,
+                                         VerifyMode::kCompact),
+                       ::testing::Bool(), ::testing::Bool()),
+    [](const auto& info) {
+      std::string name(VerifyModeName(std::get<0>(info.param)));
+      name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
+      return name + (std::get<1>(info.param) ? "_overlap" : "") +
+             (std::get<2>(info.param) ? "_costly" : "_paying");
+    });
 
 // ------------------------------------------------------------ divergence
 

@@ -292,9 +292,11 @@ scrape_configs:
             failures.check(total is not None and total > 0 and by_position == total,
                            f"drafts {kind}: {by_position} by position = {total} in total")
         committed = scalar(prom_port, "verdict_step_acceptance_length_sum")
-        failures.check(committed is not None and committed >= seen["completion_tokens"],
-                       f"tokens committed by verifies ({committed}) cover the "
-                       f"{seen['completion_tokens']} generated")
+        plain = scalar(prom_port, "verdict_plain_decode_rows_total")
+        failures.check(committed is not None and plain is not None and
+                       committed + plain >= seen["completion_tokens"],
+                       f"tokens committed by verifies ({committed}) and plain decode rows "
+                       f"({plain}) cover the {seen['completion_tokens']} generated")
         requests_measured = scalar(prom_port, "verdict_request_acceptance_length_count")
         failures.check(requests_measured == seen["requests"],
                        f"acceptance length of {requests_measured} requests")

@@ -78,6 +78,10 @@ bool ReadEvent(const json& event, double at_s, RequestRecord* r) {
       s = ReadCount(*spec, "draft_tokens", prefix, &r->draft_tokens);
       if (s.ok()) s = ReadCount(*spec, "accepted_tokens", prefix, &r->accepted_tokens);
       if (s.ok()) s = ReadCount(*spec, "verify_steps", prefix, &r->verify_steps);
+      // Servers before the draft plan do not send it.
+      if (s.ok() && spec->contains("plain_steps")) {
+        s = ReadCount(*spec, "plain_steps", prefix, &r->plain_steps);
+      }
     }
     if (!s.ok()) {
       r->error = absl::StrCat("bad usage: ", s.message());

@@ -85,6 +85,7 @@ json RequestJson(const RequestRecord& r) {
       {"draft_tokens", r.draft_tokens},
       {"accepted_tokens", r.accepted_tokens},
       {"verify_steps", r.verify_steps},
+      {"plain_steps", r.plain_steps},
   };
 }
 

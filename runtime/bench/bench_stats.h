@@ -34,6 +34,7 @@ struct RequestRecord {
   int draft_tokens = 0;
   int accepted_tokens = 0;
   int verify_steps = 0;
+  int plain_steps = 0;  // steps without drafts (the draft plan's depth 0)
 
   int streamed_tokens() const;
   // Seconds from sending to the first token; -1 without tokens.

@@ -329,6 +329,18 @@ absl::Status CheckProfileEngineOptions(const EngineOptions& options) {
     return absl::InvalidArgumentError(
         "the engine must run compact mode, whose step runs exactly the pinned rows");
   }
+  // Every measured step drafts gamma tokens for every request: a table's
+  // draft split would let the draft planner draft less, and a speculation
+  // limit would stop drafting.
+  if (!options.cost_table_path.empty()) {
+    return absl::InvalidArgumentError(
+        "--cost-table is set; the profile measures a table and needs every step to draft "
+        "in full (leave it off)");
+  }
+  if (options.speculation_max_batch != 0) {
+    return absl::InvalidArgumentError(
+        "--speculation-max-batch is set; the profile needs every step to draft (leave it 0)");
+  }
   return absl::OkStatus();
 }
 
@@ -353,7 +365,28 @@ absl::StatusOr<CostTable> CostTableFromCells(const std::vector<ProfileCell>& cel
     });
     for (const double m : tokens) seconds.push_back(RowSeconds(row, m));
   }
-  return CostTable::Create(std::move(batches), std::move(tokens), std::move(seconds));
+  absl::StatusOr<CostTable> table =
+      CostTable::Create(batches, std::move(tokens), std::move(seconds));
+  if (!table.ok()) return table;
+  const int passes = cells.empty() ? 0 : cells.front().draft_passes;
+  const bool split = passes > 0 && std::all_of(cells.begin(), cells.end(), [&](const ProfileCell& c) {
+                       return c.draft_passes == passes && !c.draft_pass_seconds.empty();
+                     });
+  if (!split) return table;
+  std::vector<double> pass_seconds;
+  for (const double b : batches) {
+    std::vector<double> at_batch;
+    for (const ProfileCell& c : cells) {
+      if (c.batch_size != b) continue;
+      at_batch.insert(at_batch.end(), c.draft_pass_seconds.begin(), c.draft_pass_seconds.end());
+    }
+    pass_seconds.push_back(Median(at_batch));
+  }
+  if (absl::Status s = table->SetDraftSplit(std::move(pass_seconds), passes); !s.ok()) {
+    return absl::InternalError(absl::StrCat("the measured draft split does not fit the table: ",
+                                            s.message()));
+  }
+  return table;
 }
 
 absl::StatusOr<ProfileResult> RunProfile(Engine& engine, const ProfileOptions& options) {
@@ -450,9 +483,20 @@ absl::StatusOr<ProfileResult> RunProfile(Engine& engine, const ProfileOptions& o
             " verified ", t.verify_tokens, " tokens, not ", cell.verify_tokens));
         break;
       }
+      // Without a draft split the engine drafts every request's cap, gamma
+      // here (each request has tokens for every step of the cell).
+      if (t.draft_passes != gamma) {
+        status = absl::InternalError(absl::StrCat("B=", cell.batch_size, ", budget ",
+                                                  cell.budget_fraction, ": step ", t.step,
+                                                  " ran ", t.draft_passes,
+                                                  " draft passes, not ", gamma));
+        break;
+      }
       // The whole step's cost (scheduler/cost_table.h): the drafts that a
       // budget verifies were paid for in the same step.
       cell.seconds.push_back(t.draft_seconds + t.verify_seconds);
+      cell.draft_passes = t.draft_passes;
+      cell.draft_pass_seconds.push_back(t.draft_seconds / t.draft_passes);
     }
     if (!status.ok()) break;
     cell.median_seconds = Median(cell.seconds);

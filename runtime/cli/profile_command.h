@@ -40,6 +40,10 @@ struct ProfileCell {
   int64_t verify_tokens = 0;    // M = B + round(f * B * gamma)
   std::vector<double> seconds;  // the measured steps' draft + verify seconds
   double median_seconds = 0;
+  // The draft passes each measured step ran (gamma; 0 without a draft) and
+  // one pass's seconds in each: the step's draft time over its passes.
+  int draft_passes = 0;
+  std::vector<double> draft_pass_seconds;
 };
 
 struct ProfileResult {
@@ -70,6 +74,9 @@ absl::StatusOr<ProfileResult> RunProfile(Engine& engine, const ProfileOptions& o
 // with the last segment's slope, if that rises (the planner never asks a
 // batch for more than its full block, but interpolating between batch sizes
 // reads those cells).
+// With draft passes in every cell, all at the same count, the table gets the
+// draft split (cost_table.h): per batch size, the median pass seconds over
+// its cells, so that the draft planner can price steps of fewer passes.
 absl::StatusOr<CostTable> CostTableFromCells(const std::vector<ProfileCell>& cells);
 
 // `verdict profile [--profile-batch-sizes ...] [--profile-fractions ...]`.

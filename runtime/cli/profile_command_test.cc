@@ -107,6 +107,24 @@ TEST(ProfileTest, MeasuresTheGridItIsAskedForWithThePinsInPlace) {
                      cell.median_seconds);
   }
   EXPECT_EQ(table->ToJson(), result->table->ToJson());
+
+  // The draft split: every measured step ran gamma passes, and each batch
+  // size's pass time is the median over its cells' steps of draft seconds
+  // over passes.
+  ASSERT_TRUE(table->has_draft_split());
+  EXPECT_EQ(table->draft_passes(), 5);
+  for (size_t b = 0; b < 2; ++b) {
+    std::vector<double> passes;
+    for (const ProfileCell& cell : result->cells) {
+      EXPECT_EQ(cell.draft_passes, 5);
+      if (cell.batch_size != table->batch_sizes()[b]) continue;
+      passes.insert(passes.end(), cell.draft_pass_seconds.begin(), cell.draft_pass_seconds.end());
+    }
+    ASSERT_EQ(passes.size(), 4u) << b;
+    std::sort(passes.begin(), passes.end());
+    EXPECT_DOUBLE_EQ(table->draft_pass_seconds()[b], 0.5 * (passes[1] + passes[2])) << b;
+    EXPECT_GT(table->draft_pass_seconds()[b], 0.0);
+  }
 }
 
 TEST(ProfileTest, RefusesSimulatedAcceptanceOtherThanOne) {
@@ -155,6 +173,15 @@ TEST(ProfileTest, RefusesEnginesThatCannotRunThePinnedRows) {
   options.speculation = false;
   EXPECT_THAT(std::string(CheckProfileEngineOptions(options).message()),
               HasSubstr("speculation is off"));
+  // Every measured step must draft in full.
+  options = CompactOptions();
+  options.cost_table_path = "table.json";
+  EXPECT_THAT(std::string(CheckProfileEngineOptions(options).message()),
+              HasSubstr("--cost-table"));
+  options = CompactOptions();
+  options.speculation_max_batch = 4;
+  EXPECT_THAT(std::string(CheckProfileEngineOptions(options).message()),
+              HasSubstr("--speculation-max-batch"));
   // Static mode verifies everything: the engine refuses a pin.
   LocalCommunicator comm;
   std::unique_ptr<Engine> engine = MakeEngine(&comm, EngineOptions());
@@ -206,6 +233,35 @@ TEST(CostTableFromCellsTest, EachBatchKeepsItsOwnCurveOnTheSharedGrid) {
   table = CostTableFromCells(cells);
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_DOUBLE_EQ(table->Predict(4, 30), 0.035);
+  EXPECT_FALSE(table->has_draft_split());  // the cells measured no draft pass
+}
+
+TEST(CostTableFromCellsTest, DraftPassesOfEveryCellGiveTheSplitPerBatchSize) {
+  std::vector<ProfileCell> cells(3);
+  cells[0] = {.batch_size = 1, .verify_tokens = 1, .median_seconds = 0.010, .draft_passes = 5,
+              .draft_pass_seconds = {0.001, 0.003, 0.002}};
+  cells[1] = {.batch_size = 1, .verify_tokens = 6, .median_seconds = 0.020, .draft_passes = 5,
+              .draft_pass_seconds = {0.0015}};
+  cells[2] = {.batch_size = 4, .verify_tokens = 4, .median_seconds = 0.030, .draft_passes = 5,
+              .draft_pass_seconds = {0.004}};
+  absl::StatusOr<CostTable> table = CostTableFromCells(cells);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE(table->has_draft_split());
+  EXPECT_EQ(table->draft_passes(), 5);
+  EXPECT_THAT(table->draft_pass_seconds(), ElementsAre(0.00175, 0.004));
+  // A plain decode step at B = 1 costs the whole step less its five passes.
+  EXPECT_DOUBLE_EQ(table->PredictStep(1, 1, 0), 0.010 - 5 * 0.00175);
+
+  // Passes that leave a cell's verify at or below zero are refused, named.
+  cells[2].draft_pass_seconds = {0.007};
+  table = CostTableFromCells(cells);
+  EXPECT_EQ(table.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(table.status().message()), HasSubstr("draft split"));
+  // A cell without passes (or at another count) gives no split.
+  cells[2].draft_pass_seconds.clear();
+  table = CostTableFromCells(cells);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_FALSE(table->has_draft_split());
 }
 
 }  // namespace

@@ -260,6 +260,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     if (log_notices) std::fprintf(stderr, "verdict: %.*s\n", static_cast<int>(message.size()),
                                   message.data());
   };
+  DraftPlannerOptions draft_planner;
+  draft_planner.gamma = options.num_draft_tokens;
+  absl::StatusOr<DraftPlanner> dp = DraftPlanner::Create(draft_planner, table);
+  if (!dp.ok()) return dp.status();
+  engine->draft_planner_ = std::make_unique<DraftPlanner>(*std::move(dp));
+  if (table.has_value() && !table->has_draft_split() && comm->rank() == 0 &&
+      engine->draft_model_.has_value()) {
+    std::fprintf(stderr,
+                 "verdict: the cost table %s has no draft split (draft_pass_seconds): every "
+                 "request drafts %d tokens each step (measure one with verdict profile)\n",
+                 options.cost_table_path.c_str(), options.num_draft_tokens);
+  }
   absl::StatusOr<VerifyPlanner> vp = VerifyPlanner::Create(planner, std::move(table));
   if (!vp.ok()) return vp.status();
   engine->planner_ = std::make_unique<VerifyPlanner>(*std::move(vp));

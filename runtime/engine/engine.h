@@ -4,9 +4,13 @@
 // Each iteration, rank 0 broadcasts a StepControl (arrived and cancelled
 // requests), every rank admits the same requests by KV capacity, prefills
 // them, and runs one decode step over the running batch:
-//   draft model proposes gamma tokens per request with their distributions
-//   -> the confidence source scores them -> the planner picks verify lengths
-//   -> rank 0's lengths are broadcast and used by every rank
+//   the draft planner picks each request's draft depth (0 to gamma) from its
+//   latest drafts' confidences and the cost table's draft split
+//   -> the draft model runs max(depth) passes, each over the requests that
+//   draft that deep (none at all: a plain decode step)
+//   -> the confidence source scores the drafts -> the verify planner picks
+//   verify lengths -> rank 0's depths and lengths are broadcast and used by
+//   every rank
 //   -> the target verifies the planned rows -> the fused sampler accepts
 //   -> each accepted token is appended with its stop checks.
 // Positions advance by accepted tokens; the draft's cache is reconciled by
@@ -64,6 +68,7 @@
 #include "runtime/model/llama_model.h"
 #include "runtime/text/tokenizer.h"
 #include "scheduler/acceptance_estimator.h"
+#include "scheduler/draft_planner.h"
 #include "scheduler/stop_checker.h"
 #include "scheduler/verify_planner.h"
 
@@ -116,12 +121,11 @@ struct EngineOptions {
   // unless the target's weights are dummy; ignored, with a log line, when
   // speculation is off (nothing is drafted). Negative: off.
   double simulate_acceptance = -1;
-  // Steps of more requests than this draft nothing: every request verifies
-  // one row, as with speculation off, and the draft catches up on the
-  // tokens it missed in its first pass of the next step that drafts. At
-  // large batches five draft passes cost more than the verified drafts save
-  // (docs/PERF.md: from 16 requests at TP 2 and 4, 128 at TP 1, on the
-  // 8B/1B pair). 0: no limit.
+  // An operator's override of the draft planner: steps of more requests
+  // than this draft nothing, and every request verifies one row, as with
+  // speculation off; the draft catches up on the tokens it missed in its
+  // first pass of the next step that drafts. 0: no limit (the draft planner
+  // decides, from a cost table with the draft split).
   int speculation_max_batch = 0;
   // Overlap scheduling: the CPU plans step N+1 while a worker thread runs
   // step N (see the top of this file). Off by default: every plan then uses
@@ -149,6 +153,8 @@ struct EngineStats {
   // is the per-draft acceptance rate.
   int64_t rejected = 0;
   int64_t generated = 0;         // tokens committed
+  int64_t draft_passes = 0;      // draft passes run, all steps
+  int64_t plain_steps = 0;       // decode steps that ran no draft pass
   // Request-steps that drafted nothing because the request's previous step
   // emitted a stop token on the device: under overlap, a step planned
   // before that stop reached the CPU (seed 000).
@@ -173,6 +179,8 @@ struct StepTiming {
   int64_t budget = 0;         // drafts the plan verifies
   PlanReason plan_reason = PlanReason::kEmptyBatch;
   std::optional<double> pinned_budget_fraction;  // the planner's pin for the step
+  int draft_passes = 0;       // the draft passes the step ran
+  int drafting_requests = 0;  // requests that proposed drafts
   double draft_seconds = 0;   // the draft passes and their sampler, this rank's clock
   double verify_seconds = 0;  // target forward and sampler, this rank's clock
 };
@@ -261,8 +269,9 @@ class Engine : public GenerationService {
   StepControl CollectControl();
   void ApplyControl(StepControl control);
   void Admit();
-  // One decode step, overlap off: drafts, the plan from their fresh
-  // confidences, verify, commit.
+  // One decode step, overlap off: the draft plan from the latest drafts'
+  // confidences, drafts, the verify plan from their fresh confidences,
+  // verify, commit.
   absl::Status Step();
   // Overlap on: plans and enqueues the next step (if any request runs), then
   // awaits and commits the one before it.
@@ -274,6 +283,9 @@ class Engine : public GenerationService {
   // on by then under overlap).
   struct PlannedStep {
     std::vector<int64_t> batch;        // request orders, batch order
+    std::vector<int32_t> draft_depths;  // rank 0's draft plan
+    int draft_passes = 0;               // max(draft_depths)
+    DraftReason draft_reason = DraftReason::kEmptyBatch;
     std::vector<int32_t> verify_lens;  // rank 0's plan
     PlanReason reason = PlanReason::kEmptyBatch;
     bool packed = false;  // VerifyPlan::packed, the same on every rank
@@ -294,21 +306,37 @@ class Engine : public GenerationService {
   int64_t BeginStep();
   Request* FindRunning(int64_t order);
   ExecutorRequest ToExecutorRequest(const Request& request) const;
-  // The job of a new step over `batch` (the releases since the last one).
-  StepJob NewJob(const std::vector<Request*>& batch);
-  // Whether a step of `batch_size` requests drafts (speculation_max_batch).
+  // The job of a new step over `batch` with `step`'s plans (the releases
+  // since the last one).
+  StepJob NewJob(const std::vector<Request*>& batch, const PlannedStep& step);
+  // Whether a step of `batch_size` requests may draft (speculation_max_batch).
   bool DraftsAtBatch(int batch_size) const;
-  // The CPU half of a step's start: caps and flags, the plan from
-  // `confidences`, the plan check, rank 0's verify lengths on every rank.
+  // Per request of `batch`, the most rows its verify may take (its draft cap
+  // and the tokens it has left), and its planner flags.
+  void VerifyCaps(const std::vector<Request*>& batch, std::vector<int32_t>* max_verify_lens,
+                  std::vector<uint8_t>* flags) const;
+  // [batch * gamma] confidences of each request's latest drafts
+  // (Request::lagged_signals); positions it never drafted count as sure, as
+  // the estimator's prior does.
+  absl::Status LaggedConfidences(const std::vector<Request*>& batch,
+                                 std::vector<double>* confidences);
+  // The draft plan of a step over `batch` into step->draft_depths, from
+  // `confidences` (lagged). `broadcast`: rank 0's depths go out now (overlap
+  // off, before the drafts); otherwise PlanStep sends them with the lengths.
+  absl::Status PlanDrafts(const std::vector<Request*>& batch, absl::Span<const double> confidences,
+                          bool broadcast, PlannedStep* step);
+  // The CPU half of a step's start after its draft plan: the verify plan
+  // from `confidences`, the plan check, rank 0's verify lengths (and its
+  // depths, unless PlanDrafts sent them) on every rank.
   absl::Status PlanStep(const std::vector<Request*>& batch, absl::Span<const double> confidences,
-                        PlannedStep* step);
+                        bool depths_sent, PlannedStep* step);
   // Appends a step's tokens to the requests still running, with their stop
   // checks, updates the counters and the estimator, finishes requests.
   absl::Status CommitStep(const PlannedStep& step, const StepOutcome& outcome);
   void FreeRetiredKv();
   // EngineStats::stop_skipped_steps, from every step the executor ran.
   void CountStopSkipped(const StepOutcome& outcome);
-  absl::Status CheckPlanAcrossRanks(const VerifyPlan& plan);
+  absl::Status CheckPlanAcrossRanks(const VerifyPlan& plan, const DraftPlan& draft_plan);
   // Appends one step's tokens to a request with the stop checks; returns
   // true if the request finished.
   bool Commit(Request& request, const std::vector<int32_t>& tokens,
@@ -325,7 +353,8 @@ class Engine : public GenerationService {
   // (the step's drafts).
   void RecordStepMetrics(const PlannedStep& step, const StepOutcome& outcome,
                          const std::vector<uint8_t>& committed,
-                         const std::vector<double>& confidences, double collective_seconds);
+                         const std::vector<double>& confidences, int plain_rows,
+                         double collective_seconds);
 
   const EngineOptions options_;
   // Every collective of the engine and its models goes through this timer
@@ -351,6 +380,7 @@ class Engine : public GenerationService {
   ModelRunner* target_ = nullptr;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<OnlineAcceptanceEstimator> estimator_;
+  std::unique_ptr<DraftPlanner> draft_planner_;
   std::unique_ptr<VerifyPlanner> planner_;
   int64_t max_model_len_ = 0;
   int gamma_ = 0;
@@ -359,6 +389,7 @@ class Engine : public GenerationService {
   std::deque<std::unique_ptr<Request>> waiting_;
   std::vector<std::unique_ptr<Request>> running_;
   int64_t next_order_ = 0;
+  DraftPlan draft_plan_;
   VerifyPlan plan_;
   // The CUDA backend's samplers (null on the CPU backend); the executor
   // uses them, so they go after it.

@@ -1,6 +1,7 @@
 // The engine's commit: a finished step's tokens into each request (stop
 // checks, streaming, finishing), freeing retired KV, and the step's metrics.
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +38,7 @@ absl::Status Engine::CommitStep(const PlannedStep& step, const StepOutcome& outc
   std::vector<VerifyObservation> observations;
   std::vector<Request*> finished;
   std::vector<uint8_t> committed(b, 0);
+  int plain_rows = 0;  // committed speculative requests that drafted nothing
   CountStopSkipped(outcome);
   for (int i = 0; i < b; ++i) {
     Request* r = FindRunning(step.batch[i]);
@@ -51,12 +53,13 @@ absl::Status Engine::CommitStep(const PlannedStep& step, const StepOutcome& outc
                                       outcome.logprobs.begin() + end);
     if (outcome.drafted[i]) {
       const int drafts_verified = outcome.verify_lens[i] - 1;
-      r->usage.draft_tokens += g;
+      const int depth = outcome.draft_depths[i];
+      r->usage.draft_tokens += depth;
       r->usage.accepted_tokens += accepted;
       ++r->usage.verify_steps;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        stats_.drafted += g;
+        stats_.drafted += depth;
         stats_.verified += drafts_verified;
         stats_.accepted += accepted;
         if (accepted < drafts_verified) ++stats_.rejected;
@@ -70,12 +73,16 @@ absl::Status Engine::CommitStep(const PlannedStep& step, const StepOutcome& outc
       o.num_verified_drafts = drafts_verified;
       o.accepted_drafts = accepted;
       observations.push_back(o);
-      if (options_.overlap) r->lagged_signals.assign(signals.begin(), signals.end());
+      // The positions this step drafted take its signals; deeper ones keep
+      // what an earlier step saw there (a request that drafts less deep
+      // keeps its evidence that deeper drafts do not pay).
+      if (r->lagged_signals.empty()) {
+        r->lagged_signals.assign(g, std::numeric_limits<float>::quiet_NaN());
+      }
+      std::copy_n(signals.begin(), depth, r->lagged_signals.begin());
     } else if (r->speculative) {
-      // A step without drafts (--speculation-max-batch): the latest signals
-      // grow older with every such step, so the next overlapped plan counts
-      // the request's drafts as sure, as for a request that never drafted.
-      r->lagged_signals.clear();
+      ++r->usage.plain_steps;
+      ++plain_rows;
     }
     if (Commit(*r, tokens, logprobs)) finished.push_back(r);
   }
@@ -86,12 +93,29 @@ absl::Status Engine::CommitStep(const PlannedStep& step, const StepOutcome& outc
   verify_nanoseconds_ += outcome.verify_nanoseconds;
   step_collective_nanoseconds_ += step_collective_ns;
   if (metrics_ != nullptr) {
-    RecordStepMetrics(step, outcome, committed, confidences, step_collective_ns * 1e-9);
+    RecordStepMetrics(step, outcome, committed, confidences, plain_rows,
+                      step_collective_ns * 1e-9);
+  }
+  const int drafting = static_cast<int>(
+      std::count(outcome.drafted.begin(), outcome.drafted.end(), uint8_t{1}));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.draft_passes += outcome.draft_passes;
+    if (outcome.draft_passes == 0) ++stats_.plain_steps;
   }
   if (step_observer_) {
-    step_observer_(StepTiming{outcome.step, b, outcome.verify_tokens, step.budget, step.reason,
-                              step.pinned_budget_fraction, outcome.draft_nanoseconds * 1e-9,
-                              outcome.verify_nanoseconds * 1e-9});
+    StepTiming timing;
+    timing.step = outcome.step;
+    timing.batch_size = b;
+    timing.verify_tokens = outcome.verify_tokens;
+    timing.budget = step.budget;
+    timing.plan_reason = step.reason;
+    timing.pinned_budget_fraction = step.pinned_budget_fraction;
+    timing.draft_passes = outcome.draft_passes;
+    timing.drafting_requests = drafting;
+    timing.draft_seconds = outcome.draft_nanoseconds * 1e-9;
+    timing.verify_seconds = outcome.verify_nanoseconds * 1e-9;
+    step_observer_(timing);
   }
   if (!observations.empty()) {
     if (absl::Status s = estimator_->Observe(observations); !s.ok()) return s;
@@ -166,12 +190,17 @@ void Engine::set_metrics(ServingMetrics* metrics) {
         PlanReason::kEmptyBatch, PlanReason::kNoDrafts}) {
     info.plan_reasons.emplace_back(PlanReasonName(reason));
   }
+  for (DraftReason reason : {DraftReason::kPlanned, DraftReason::kNoDraftSplit,
+                             DraftReason::kConfidencePrior, DraftReason::kOperatorLimit,
+                             DraftReason::kEmptyBatch}) {
+    info.draft_reasons.emplace_back(DraftReasonName(reason));
+  }
   metrics_->Configure(info);
 }
 
 void Engine::RecordStepMetrics(const PlannedStep& step, const StepOutcome& outcome,
                                const std::vector<uint8_t>& committed,
-                               const std::vector<double>& confidences,
+                               const std::vector<double>& confidences, int plain_rows,
                                double collective_seconds) {
   const int g = gamma_;
   std::vector<DraftOutcome> drafts;
@@ -179,7 +208,7 @@ void Engine::RecordStepMetrics(const PlannedStep& step, const StepOutcome& outco
     if (!committed[i] || !outcome.drafted[i]) continue;
     const int verified = outcome.verify_lens[i] - 1;
     const int accepted = outcome.accepted[i];
-    drafts.push_back(DraftOutcome{g, verified, accepted});
+    drafts.push_back(DraftOutcome{outcome.draft_depths[i], verified, accepted});
     // Draft j's confidence is the chance of its acceptance given drafts
     // 0..j-1 accepted, so its outcomes are the accepted prefix and the first
     // rejected draft; later drafts say nothing about theirs. Only fitted
@@ -191,8 +220,14 @@ void Engine::RecordStepMetrics(const PlannedStep& step, const StepOutcome& outco
   }
   StepRecord record;
   record.plan_reason = PlanReasonName(step.reason);
+  record.draft_reason = DraftReasonName(step.draft_reason);
+  record.draft_passes = outcome.draft_passes;
+  record.plain_rows = plain_rows;
+  record.drafting_requests = static_cast<int>(
+      std::count(outcome.drafted.begin(), outcome.drafted.end(), uint8_t{1}));
   record.planned_budget = step.budget;
-  record.full_block_drafts = static_cast<int64_t>(drafts.size()) * g;
+  record.full_block_drafts = 0;
+  for (const DraftOutcome& d : drafts) record.full_block_drafts += d.proposed;
   record.verify_tokens = outcome.verify_tokens;
   record.draft_seconds = outcome.draft_nanoseconds * 1e-9;
   record.verify_seconds = outcome.verify_nanoseconds * 1e-9;

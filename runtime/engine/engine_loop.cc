@@ -2,6 +2,7 @@
 // the step's plan, and running it (one step at a time, or overlapped with
 // the executor's worker thread).
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -155,20 +156,22 @@ void Engine::Admit() {
   for (Request* r : admitted) r->on_device = true;
 }
 
-absl::Status Engine::CheckPlanAcrossRanks(const VerifyPlan& plan) {
+absl::Status Engine::CheckPlanAcrossRanks(const VerifyPlan& plan, const DraftPlan& draft_plan) {
   const int world = comm_->world_size();
   if (world == 1) return absl::OkStatus();
   {
     std::lock_guard<std::mutex> lock(mu_);  // stats() reads from other threads
     ++stats_.plan_checks;
   }
-  // Words 0-1 are the hashes the check compares. Words 2-4 carry this rank's
-  // cumulative figures for the TP metrics (decode steps completed before
-  // this one, verify and in-step collective nanoseconds), so that rank 0
-  // reports every rank without a collective of their own.
-  constexpr int kWords = 5;
+  // Words 0-2 are the hashes the check compares (the verify plan, the
+  // estimator, the draft plan). Words 3-5 carry this rank's cumulative
+  // figures for the TP metrics (decode steps completed before this one,
+  // verify and in-step collective nanoseconds), so that rank 0 reports every
+  // rank without a collective of their own.
+  constexpr int kWords = 6;
   const int64_t mine[kWords] = {static_cast<int64_t>(PlanHash(plan)),
                                 static_cast<int64_t>(estimator_->StateHash()),
+                                static_cast<int64_t>(DraftPlanHash(draft_plan)),
                                 stats_.steps - 1, verify_nanoseconds_,
                                 step_collective_nanoseconds_};
   std::vector<int64_t> all(kWords * world);
@@ -179,11 +182,12 @@ absl::Status Engine::CheckPlanAcrossRanks(const VerifyPlan& plan) {
     for (int r = 0; r < world; ++r) {
       const int64_t* figures = all.data() + kWords * r;
       metrics_->RecordRankFigures(
-          r, RankFigures{figures[2], figures[3] * 1e-9, figures[4] * 1e-9});
+          r, RankFigures{figures[3], figures[4] * 1e-9, figures[5] * 1e-9});
     }
   }
   for (int r = 1; r < world; ++r) {
-    if (all[kWords * r] != all[0] || all[kWords * r + 1] != all[1]) {
+    if (all[kWords * r] != all[0] || all[kWords * r + 1] != all[1] ||
+        all[kWords * r + 2] != all[2]) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         ++stats_.plan_mismatches;
@@ -192,8 +196,9 @@ absl::Status Engine::CheckPlanAcrossRanks(const VerifyPlan& plan) {
       return absl::InternalError(absl::StrCat(
           "step ", stats_.steps, ": rank ", r, " planned differently from rank 0 (plan hash ",
           all[kWords * r], " vs ", all[0], ", estimator hash ", all[kWords * r + 1], " vs ",
-          all[1], "); this rank's verify lengths: [", absl::StrJoin(plan.verify_lens, ","),
-          "]"));
+          all[1], ", draft plan hash ", all[kWords * r + 2], " vs ", all[2],
+          "); this rank's draft depths: [", absl::StrJoin(draft_plan.depths, ","),
+          "], verify lengths: [", absl::StrJoin(plan.verify_lens, ","), "]"));
     }
   }
   if (metrics_ != nullptr) metrics_->RecordPlanCheck(/*mismatch=*/false);
@@ -236,7 +241,7 @@ ExecutorRequest Engine::ToExecutorRequest(const Request& r) const {
   return e;
 }
 
-StepJob Engine::NewJob(const std::vector<Request*>& batch) {
+StepJob Engine::NewJob(const std::vector<Request*>& batch, const PlannedStep& step) {
   StepJob job;
   job.step = stats_.steps;
   job.released = std::move(pending_released_);
@@ -245,8 +250,9 @@ StepJob Engine::NewJob(const std::vector<Request*>& batch) {
     job.batch.push_back(r->order);
     r->last_step = job.step;
   }
-  job.verify_lens.assign(batch.size(), 1);
-  job.draft = DraftsAtBatch(static_cast<int>(batch.size()));
+  job.draft_depths = step.draft_depths;
+  job.verify_lens = step.verify_lens;
+  job.packed = step.packed;
   return job;
 }
 
@@ -255,48 +261,121 @@ bool Engine::DraftsAtBatch(int batch_size) const {
   return options_.speculation_max_batch == 0 || batch_size <= options_.speculation_max_batch;
 }
 
-absl::Status Engine::PlanStep(const std::vector<Request*>& batch,
-                              absl::Span<const double> confidences, PlannedStep* step) {
+void Engine::VerifyCaps(const std::vector<Request*>& batch, std::vector<int32_t>* max_verify_lens,
+                        std::vector<uint8_t>* flags) const {
   const int b = static_cast<int>(batch.size());
-  const int g = gamma_;
-  const bool drafts = DraftsAtBatch(b);  // what NewJob tells the executor
-  std::vector<int32_t> max_verify_lens(b);
-  std::vector<uint8_t> flags(b, 0);
+  max_verify_lens->assign(b, 1);
+  flags->assign(b, 0);
   for (int i = 0; i < b; ++i) {
     const SamplingParams& p = batch[i]->req.params;
     // Under overlap the CPU's count may be a step behind the device's; the
     // executor caps the plan again with its own.
     const int64_t left = p.max_tokens - batch[i]->num_generated();
-    int cap = p.max_draft_tokens >= 0 ? std::min(g, p.max_draft_tokens) : g;
-    max_verify_lens[i] = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(cap + 1, left)));
-    if (!batch[i]->speculative) flags[i] = kSpeculationDisabled;
+    const int cap = p.max_draft_tokens >= 0 ? std::min(gamma_, p.max_draft_tokens) : gamma_;
+    (*max_verify_lens)[i] =
+        static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(cap + 1, left)));
+    if (!batch[i]->speculative) (*flags)[i] = kSpeculationDisabled;
   }
+}
+
+absl::Status Engine::LaggedConfidences(const std::vector<Request*>& batch,
+                                       std::vector<double>* confidences) {
+  const int b = static_cast<int>(batch.size());
+  const int g = gamma_;
+  std::vector<float> signals(static_cast<size_t>(b) * g, 0.0f);
+  for (int i = 0; i < b; ++i) {
+    const std::vector<float>& lagged = batch[i]->lagged_signals;
+    for (int j = 0; j < static_cast<int>(lagged.size()); ++j) {
+      if (!std::isnan(lagged[j])) signals[static_cast<size_t>(i) * g + j] = lagged[j];
+    }
+  }
+  confidences->assign(signals.size(), 0.0);
+  if (absl::Status s = estimator_->Score(signals, absl::MakeSpan(*confidences)); !s.ok()) {
+    return s;
+  }
+  for (int i = 0; i < b; ++i) {
+    const std::vector<float>& lagged = batch[i]->lagged_signals;
+    for (int j = 0; j < g; ++j) {
+      if (j >= static_cast<int>(lagged.size()) || std::isnan(lagged[j])) {
+        (*confidences)[static_cast<size_t>(i) * g + j] = 1.0;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::PlanDrafts(const std::vector<Request*>& batch,
+                                absl::Span<const double> confidences, bool broadcast,
+                                PlannedStep* step) {
+  const int b = static_cast<int>(batch.size());
+  std::vector<int32_t> max_verify_lens;
+  std::vector<uint8_t> flags;
+  VerifyCaps(batch, &max_verify_lens, &flags);
+  DraftPlannerInput input;
+  input.confidences = confidences;
+  input.max_verify_lens = max_verify_lens;
+  input.flags = flags;
+  input.confidence_ready = estimator_->ready();
+  input.drafts_allowed = DraftsAtBatch(b);
+  if (absl::Status s = draft_planner_->Plan(input, &draft_plan_); !s.ok()) return s;
+  std::vector<int32_t> depths = draft_plan_.depths;
+  if (broadcast && comm_->world_size() > 1) {
+    // As the verify lengths (PlanStep): every rank runs rank 0's drafts,
+    // whatever its own plan said; the plan check compares the plans.
+    if (absl::Status s = comm_->Broadcast(depths.data(), b, DataType::kInt32, 0); !s.ok()) {
+      return s;
+    }
+  }
+  step->draft_depths = std::move(depths);
+  step->draft_passes = 0;
+  for (int32_t d : step->draft_depths) step->draft_passes = std::max(step->draft_passes, d);
+  step->draft_reason = draft_plan_.reason;
+  return absl::OkStatus();
+}
+
+absl::Status Engine::PlanStep(const std::vector<Request*>& batch,
+                              absl::Span<const double> confidences, bool depths_sent,
+                              PlannedStep* step) {
+  const int b = static_cast<int>(batch.size());
+  std::vector<int32_t> max_verify_lens;
+  std::vector<uint8_t> flags;
+  VerifyCaps(batch, &max_verify_lens, &flags);
   PlannerInput input;
   input.confidences = confidences;
   input.max_verify_lens = max_verify_lens;
   input.flags = flags;
   input.confidence_ready = estimator_->ready();
-  input.drafts = drafts;
+  input.drafts = step->draft_passes > 0;
+  input.draft_depths = step->draft_depths;
+  input.draft_passes = step->draft_passes;
   if (absl::Status s = planner_->Plan(input, &plan_); !s.ok()) return s;
   if (options_.plan_check_interval > 0 && stats_.steps % options_.plan_check_interval == 0) {
-    if (absl::Status s = CheckPlanAcrossRanks(plan_); !s.ok()) return s;
+    if (absl::Status s = CheckPlanAcrossRanks(plan_, draft_plan_); !s.ok()) return s;
   }
   // Rank 0's lengths and layout go out on the host communicator even on the
   // CUDA backend: under overlap this thread plans step N+1 while the
   // executor's stream runs step N's NCCL collectives, and one NCCL
   // communicator used from two threads could order its collectives
-  // differently on each rank. The layout travels with the lengths so that
-  // every rank runs the same rows whatever its own plan said.
-  std::vector<int32_t> verify_lens = plan_.verify_lens;
-  verify_lens.push_back(plan_.packed ? 1 : 0);
+  // differently on each rank. The layout (and under overlap the depths)
+  // travels with the lengths so that every rank runs the same rows whatever
+  // its own plan said.
+  std::vector<int32_t> message = plan_.verify_lens;
+  if (!depths_sent) message.insert(message.end(), step->draft_depths.begin(),
+                                   step->draft_depths.end());
+  message.push_back(plan_.packed ? 1 : 0);
   if (comm_->world_size() > 1) {
-    if (absl::Status s = comm_->Broadcast(verify_lens.data(), b + 1, DataType::kInt32, 0);
-        !s.ok()) {
+    const int words = static_cast<int>(message.size());
+    if (absl::Status s = comm_->Broadcast(message.data(), words, DataType::kInt32, 0); !s.ok()) {
       return s;
     }
   }
-  const bool packed = verify_lens.back() != 0;
-  verify_lens.pop_back();
+  const bool packed = message.back() != 0;
+  std::vector<int32_t> verify_lens(message.begin(), message.begin() + b);
+  if (!depths_sent) {
+    step->draft_depths.assign(message.begin() + b, message.begin() + 2 * b);
+    step->draft_passes = 0;
+    for (int32_t d : step->draft_depths) step->draft_passes = std::max(step->draft_passes, d);
+  }
   step->batch.clear();
   for (Request* r : batch) step->batch.push_back(r->order);
   step->reason = plan_.reason;
@@ -328,27 +407,36 @@ absl::Status Engine::Step() {
   const int g = gamma_;
   const int64_t collective_start = BeginStep();
 
-  // 1. Drafts, their distributions and confidence signals.
-  StepJob job = NewJob(batch);
+  // 1. The draft plan, from each request's latest drafts (a step old), on
+  //    every rank; rank 0's depths are used.
+  PlannedStep step;
+  std::vector<double> lagged;
+  if (absl::Status s = LaggedConfidences(batch, &lagged); !s.ok()) return s;
+  if (absl::Status s = PlanDrafts(batch, lagged, /*broadcast=*/true, &step); !s.ok()) return s;
+
+  // 2. Drafts, their distributions and confidence signals.
+  step.verify_lens.assign(b, 1);
+  StepJob job = NewJob(batch, step);
   StepOutcome outcome;
   if (absl::Status s = executor_->ProposeDrafts(job, &outcome); !s.ok()) return s;
 
-  // 2. The fresh drafts' confidences and the plan, on every rank; rank 0's
-  //    lengths are used.
+  // 3. The fresh drafts' confidences and the verify plan, on every rank;
+  //    rank 0's lengths are used.
   std::vector<double> confidences(static_cast<size_t>(b) * g, 0.0);
   if (absl::Status s = estimator_->Score(outcome.signals, absl::MakeSpan(confidences)); !s.ok()) {
     return s;
   }
-  PlannedStep step;
-  if (absl::Status s = PlanStep(batch, confidences, &step); !s.ok()) return s;
+  if (absl::Status s = PlanStep(batch, confidences, /*depths_sent=*/true, &step); !s.ok()) {
+    return s;
+  }
   job.verify_lens = step.verify_lens;
   job.packed = step.packed;
 
-  // 3. The target verifies the planned rows; the fused sampler accepts.
+  // 4. The target verifies the planned rows; the fused sampler accepts.
   if (absl::Status s = executor_->Verify(job, &outcome); !s.ok()) return s;
   step.collective_nanoseconds = collective_timer_->nanoseconds() - collective_start;
 
-  // 4. Commit, observe, finish.
+  // 5. Commit, observe, finish.
   return CommitStep(step, outcome);
 }
 
@@ -356,35 +444,23 @@ absl::Status Engine::StepOverlapped() {
   const bool plan = !running_.empty();
   if (plan) {
     std::vector<Request*> batch = RunningBatch();
-    const int b = static_cast<int>(batch.size());
-    const int g = gamma_;
     const int64_t collective_start = BeginStep();
     // This step's drafts do not exist yet (the executor proposes them when
-    // it runs the step), so each request is planned from its latest drafts
-    // whose results have reached the CPU: one or two steps old. A request
-    // without any yet counts its drafts as sure, as the estimator's prior
-    // does (it verifies them all).
-    std::vector<float> signals(static_cast<size_t>(b) * g, 0.0f);
-    for (int i = 0; i < b; ++i) {
-      const std::vector<float>& lagged = batch[i]->lagged_signals;
-      std::copy(lagged.begin(), lagged.end(), signals.begin() + static_cast<int64_t>(i) * g);
-    }
-    std::vector<double> confidences(signals.size(), 0.0);
-    if (absl::Status s = estimator_->Score(signals, absl::MakeSpan(confidences)); !s.ok()) {
+    // it runs the step), so each request is planned, drafts and verify
+    // alike, from its latest drafts whose results have reached the CPU: one
+    // or two steps old.
+    std::vector<double> confidences;
+    if (absl::Status s = LaggedConfidences(batch, &confidences); !s.ok()) return s;
+    PlannedStep step;
+    if (absl::Status s = PlanDrafts(batch, confidences, /*broadcast=*/false, &step); !s.ok()) {
       return s;
     }
-    for (int i = 0; i < b; ++i) {
-      if (batch[i]->lagged_signals.empty()) {
-        std::fill_n(confidences.begin() + static_cast<int64_t>(i) * g, g, 1.0);
-      }
+    if (absl::Status s = PlanStep(batch, confidences, /*depths_sent=*/false, &step); !s.ok()) {
+      return s;
     }
-    PlannedStep step;
-    if (absl::Status s = PlanStep(batch, confidences, &step); !s.ok()) return s;
-    StepJob job = NewJob(batch);
+    StepJob job = NewJob(batch, step);
     job.admitted = std::move(pending_admitted_);
     pending_admitted_.clear();
-    job.verify_lens = step.verify_lens;
-    job.packed = step.packed;
     step.collective_nanoseconds = collective_timer_->nanoseconds() - collective_start;
     executor_->Enqueue(std::move(job));
     steps_in_flight_.push_back(std::move(step));

@@ -30,9 +30,11 @@ struct Engine::Request {
   // freed once the latest step whose job names the request is done.
   int64_t last_step = 0;
   bool on_device = false;  // registered with the executor, not yet released
-  // Overlap: the confidence signals of the drafts of the latest step whose
-  // results reached the CPU; they plan the request's next step. Empty
-  // before the first.
+  // Per draft position, the confidence signal of the latest draft there
+  // whose result reached the CPU (NaN: never drafted that deep; empty before
+  // the first drafts). They plan the request's next drafts, and under
+  // overlap its next verify too. A step that drafts less deep, or not at
+  // all, keeps the older signals of the positions it did not reach.
   std::vector<float> lagged_signals;
   std::unique_ptr<StopChecker> stop;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;

@@ -550,18 +550,26 @@ TEST(EngineSimulatedAcceptanceTest, CompactPlansOnceTheEstimatorIsReady) {
   EXPECT_GT(reasons[PlanReason::kPlanned], 0) << "the estimator never got ready";
   EXPECT_LT(stats.verified, stats.drafted);
   // Steps on the prior verify everything in the uniform layout, static
-  // mode's rows (the full block of every request, its cap applied by the
-  // sampler's cutoff); trimmed planned steps run only their planned rows.
+  // mode's rows: every request's drafts and its last row. A request drafts
+  // at most the tokens it has left minus one (the table has no draft split,
+  // so every request drafts that cap), so the block is the full 6 rows per
+  // request until the short request nears its end. Trimmed planned steps
+  // run only their planned rows.
   int packed_steps = 0;
+  int full_block_steps = 0;
   for (const StepTiming& t : steps) {
     if (t.plan_reason == PlanReason::kConfidencePrior) {
-      EXPECT_EQ(t.verify_tokens, 6 * t.batch_size) << "step " << t.step;
+      EXPECT_EQ(t.verify_tokens, t.batch_size + t.budget) << "step " << t.step;
+      EXPECT_LE(t.verify_tokens, 6 * t.batch_size) << "step " << t.step;
+      EXPECT_EQ(t.draft_passes, 5) << "step " << t.step;
+      full_block_steps += t.verify_tokens == 6 * t.batch_size ? 1 : 0;
     } else if (t.plan_reason == PlanReason::kPlanned && t.budget < 5 * t.batch_size) {
       EXPECT_LE(t.verify_tokens, t.batch_size + t.budget) << "step " << t.step;
       ++packed_steps;
     }
   }
   EXPECT_GT(packed_steps, 0);
+  EXPECT_GT(full_block_steps, 0);
 }
 
 TEST(EngineSimulatedAcceptanceTest, RefusedWithRealWeightsOrOutsideZeroOne) {

@@ -56,6 +56,10 @@ struct GenerationUsage {
   int draft_tokens = 0;     // drafts proposed for this request
   int accepted_tokens = 0;  // drafts accepted by verification
   int verify_steps = 0;     // speculative steps this request took part in
+  // Steps in which the request drafted nothing (its draft depth was 0): one
+  // plain decode row, one token. accepted + verify_steps + plain_steps is
+  // every token a speculative request committed.
+  int plain_steps = 0;
 };
 
 // New output of one request since the previous event.

@@ -68,13 +68,17 @@ absl::Status StepExecutor::ProposeDrafts(const StepJob& job, StepOutcome* outcom
   for (int64_t id : job.released) requests_.erase(id);
   const int b = static_cast<int>(job.batch.size());
   const int g = options_.gamma;
-  if (static_cast<int>(job.verify_lens.size()) != b) {
+  if (static_cast<int>(job.verify_lens.size()) != b ||
+      static_cast<int>(job.draft_depths.size()) != b) {
     return absl::InternalError(absl::StrCat("step ", job.step, ": ", job.verify_lens.size(),
-                                            " verify lengths for ", b, " requests"));
+                                            " verify lengths and ", job.draft_depths.size(),
+                                            " draft depths for ", b, " requests"));
   }
   batch_.clear();
   outcome->step = job.step;
   outcome->drafted.assign(b, 0);
+  outcome->draft_depths.assign(b, 0);
+  outcome->draft_passes = 0;
   outcome->stop_skipped.assign(b, 0);
   outcome->signals.assign(static_cast<size_t>(b) * g, 0.0f);
   bool any_drafts = false;
@@ -86,13 +90,18 @@ absl::Status StepExecutor::ProposeDrafts(const StepJob& job, StepOutcome* outcom
     }
     DeviceRequest& r = it->second;
     batch_.push_back(&r);
-    const bool drafts = job.draft && r.request.speculative && draft_ != nullptr;
+    const int depth = std::clamp(job.draft_depths[i], 0, g);
+    const bool drafts = depth > 0 && r.request.speculative && draft_ != nullptr;
     // A request that is done on the device (a stop token emitted, or its
     // length reached) is done for the CPU too once this step's predecessor
     // reaches it: its drafts could never be committed.
     const bool done = r.emitted_stop || r.generated() >= r.request.max_tokens;
     outcome->drafted[i] = drafts && !done;
     outcome->stop_skipped[i] = drafts && r.emitted_stop;
+    if (outcome->drafted[i]) {
+      outcome->draft_depths[i] = depth;
+      outcome->draft_passes = std::max(outcome->draft_passes, depth);
+    }
     any_drafts = any_drafts || outcome->drafted[i];
   }
   drafts_.assign(static_cast<size_t>(b) * g, 0);
@@ -112,11 +121,22 @@ absl::Status StepExecutor::RunDrafts(const std::vector<DeviceRequest*>& batch,
                                      StepOutcome* outcome) {
   const int vocab = options_.vocab_size;
   const int g = options_.gamma;
-  std::vector<int> rows;  // batch index of each drafting request
+  // Draft row s is batch entry rows[s]; the rows go deepest first, so that
+  // pass j runs rows 0..active[j]-1, a prefix: each pass's inputs and
+  // logits stay where the previous pass left them.
+  std::vector<int> rows;
   for (size_t i = 0; i < batch.size(); ++i) {
     if (outcome->drafted[i]) rows.push_back(static_cast<int>(i));
   }
+  std::stable_sort(rows.begin(), rows.end(), [&](int a, int b) {
+    return outcome->draft_depths[a] > outcome->draft_depths[b];
+  });
   const int n = static_cast<int>(rows.size());
+  const int passes = outcome->draft_passes;
+  std::vector<int> active(passes, 0);  // rows that draft at pass j
+  for (int s = 0; s < n; ++s) {
+    for (int j = 0; j < outcome->draft_depths[rows[s]]; ++j) ++active[j];
+  }
   DeviceSampling* device = options_.device_sampling;
   std::vector<float> temperatures(n), top_ps(n), min_ps(n);
   std::vector<int32_t> top_ks(n);
@@ -143,10 +163,11 @@ absl::Status StepExecutor::RunDrafts(const std::vector<DeviceRequest*>& batch,
 
   // Pass j's batch: pass 0 catches up on every emitted token the draft has
   // not seen (after a fully accepted step: the last draft and the bonus
-  // token); pass j > 0 feeds draft j - 1.
+  // token; after steps without drafts: all their tokens); pass j > 0 feeds
+  // draft j - 1.
   const auto pass_batch = [&](int j, const int32_t* previous_drafts) {
     ForwardBatch fb;
-    for (int s = 0; s < n; ++s) {
+    for (int s = 0; s < active[j]; ++s) {
       DeviceRequest& r = *batch[rows[s]];
       ForwardRequest fr;
       fr.kv_handle = r.request.draft_kv;
@@ -164,14 +185,17 @@ absl::Status StepExecutor::RunDrafts(const std::vector<DeviceRequest*>& batch,
     return fb;
   };
 
-  std::vector<int32_t> tokens(static_cast<size_t>(g) * n);  // [pass][row]
-  std::vector<float> signals(static_cast<size_t>(g) * n);
+  std::vector<int32_t> tokens(static_cast<size_t>(passes) * n);  // [pass][row]
+  std::vector<float> signals(static_cast<size_t>(passes) * n);
   if (device != nullptr) {
     // On the device: each pass's tokens feed the next pass where the sampler
     // wrote them, and a whole draft (TP 1, or --draft-tp 1) waits for
     // nothing until the last pass (a sharded draft at TP > 1 takes the
     // collectives' timed wait after every pass). The draft's store row s
-    // holds batch entry rows[s].
+    // holds batch entry rows[s]. A pass over fewer rows than the first
+    // leaves the other rows' logits as the pass before wrote them: the
+    // sampler draws from those, and the draws past a row's depth are never
+    // read.
     void* queue = draft_->device_queue();
     if (queue == nullptr) return absl::InternalError("device sampling needs a device draft model");
     absl::StatusOr<float*> logits = device->DraftLogits(n);
@@ -179,14 +203,14 @@ absl::Status StepExecutor::RunDrafts(const std::vector<DeviceRequest*>& batch,
     for (int s = 0; s < n; ++s) store_rows_[rows[s]] = s;
     if (absl::Status st = device->BeginDrafts(in, queue); !st.ok()) return st;
     const std::vector<int32_t> placeholders(n, 0);  // ids the device overwrites
-    for (int j = 0; j < g; ++j) {
+    for (int j = 0; j < passes; ++j) {
       ForwardBatch fb = pass_batch(j, placeholders.data());
       if (j > 0) fb.device_token_ids = device->DraftTokens(j - 1);
-      fb.wait = j == g - 1;
+      fb.wait = j == passes - 1;
       if (absl::Status st = draft_->Forward(fb, *logits); !st.ok()) return st;
       if (absl::Status st = device->SampleDraft(j); !st.ok()) return st;
     }
-    if (absl::Status st = device->FinishDrafts(g, tokens.data(), signals.data()); !st.ok()) {
+    if (absl::Status st = device->FinishDrafts(passes, tokens.data(), signals.data()); !st.ok()) {
       return st;
     }
   } else {
@@ -195,17 +219,18 @@ absl::Status StepExecutor::RunDrafts(const std::vector<DeviceRequest*>& batch,
     std::vector<int64_t> pass_positions(n);
     in.logits = host_logits.data();
     in.positions = pass_positions.data();
-    for (int j = 0; j < g; ++j) {
+    for (int j = 0; j < passes; ++j) {
       const int32_t* previous = j > 0 ? tokens.data() + static_cast<size_t>(j - 1) * n : nullptr;
       if (absl::Status st = draft_->Forward(pass_batch(j, previous), host_logits.data());
           !st.ok()) {
         return st;
       }
-      for (int s = 0; s < n; ++s) pass_positions[s] = positions[s] + j;
+      in.num_rows = active[j];
+      for (int s = 0; s < active[j]; ++s) pass_positions[s] = positions[s] + j;
       DraftSampleOutputs out{tokens.data() + static_cast<size_t>(j) * n, step_probs.data(),
                              signals.data() + static_cast<size_t>(j) * n};
       if (absl::Status st = DraftSampleCpu(in, &out); !st.ok()) return st;
-      for (int s = 0; s < n; ++s) {
+      for (int s = 0; s < active[j]; ++s) {
         const int64_t slot = static_cast<int64_t>(rows[s]) * g + j;
         std::copy_n(step_probs.data() + static_cast<int64_t>(s) * vocab, vocab,
                     draft_probs_.data() + slot * vocab);
@@ -213,14 +238,15 @@ absl::Status StepExecutor::RunDrafts(const std::vector<DeviceRequest*>& batch,
     }
   }
   for (int s = 0; s < n; ++s) {
-    for (int j = 0; j < g; ++j) {
+    const int depth = outcome->draft_depths[rows[s]];
+    for (int j = 0; j < depth; ++j) {
       const int64_t slot = static_cast<int64_t>(rows[s]) * g + j;
       drafts_[slot] = tokens[static_cast<size_t>(j) * n + s];
       outcome->signals[slot] = signals[static_cast<size_t>(j) * n + s];
     }
     DeviceRequest& r = *batch[rows[s]];
-    // Written through the input of draft g - 1; trimmed after the verify.
-    r.draft_valid = static_cast<int64_t>(r.tokens.size()) - 1 + g;
+    // Written through the input of draft depth - 1; trimmed after the verify.
+    r.draft_valid = static_cast<int64_t>(r.tokens.size()) - 1 + depth;
   }
   return absl::OkStatus();
 }
@@ -250,10 +276,14 @@ absl::Status StepExecutor::Verify(const StepJob& job, StepOutcome* outcome) {
     const int64_t left = p.max_tokens - r.generated();
     const int32_t cap =
         static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(draft_cap + 1, left)));
-    const int32_t verify_len = drafted ? std::clamp<int32_t>(job.verify_lens[i], 1, cap) : 1;
+    const int depth = outcome->draft_depths[i];
+    const int32_t verify_len =
+        drafted ? std::clamp<int32_t>(job.verify_lens[i], 1, std::min(cap, depth + 1)) : 1;
     outcome->verify_lens[i] = verify_len;
     const int64_t last = static_cast<int64_t>(r.tokens.size()) - 1;
-    const int rows = !drafted ? 1 : (job.packed ? verify_len : g + 1);
+    // The uniform layout verifies every proposed draft (the sampler's cutoff
+    // stops acceptance at the verify length); a packed step only its rows.
+    const int rows = !drafted ? 1 : (job.packed ? verify_len : depth + 1);
     ftp[i] = total_q;
     seqlen[i] = rows;
     total_q += rows;
@@ -359,7 +389,9 @@ absl::Status StepExecutor::Verify(const StepJob& job, StepOutcome* outcome) {
     outcome->accepted[i] = accepted;
     outcome->emitted_stop[i] = sampled_step.emitted_stop_token[i];
     // Draft entries past the accepted prefix are stale; re-fed next step.
-    if (outcome->drafted[i]) r.draft_valid = n_before + std::min(accepted, g - 1);
+    if (outcome->drafted[i]) {
+      r.draft_valid = n_before + std::min(accepted, outcome->draft_depths[i] - 1);
+    }
     r.target_valid = n_before + accepted;
     r.tokens.insert(r.tokens.end(), outcome->tokens.begin() + outcome->token_offsets[i],
                     outcome->tokens.end());

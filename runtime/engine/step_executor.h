@@ -15,8 +15,9 @@
 //  - a request whose previous step emitted a stop token, or that has emitted
 //    its max_tokens, proposes no draft and verifies one row (seed 000: its
 //    next drafts get confidence 0, so the planned step verifies none);
-//  - the planned verify length is capped by the tokens the request has left
-//    and by its own draft cap, so no step writes past its KV reservation.
+//  - the planned verify length is capped by the tokens the request has left,
+//    by its own draft cap and by the drafts it proposed, so no step writes
+//    past its KV reservation.
 //
 // Then it proposes the drafts, runs the target's verify forward and the
 // fused sampler, and returns per request the emitted tokens, the accepted
@@ -79,9 +80,12 @@ struct StepJob {
   std::vector<int64_t> released;
   std::vector<int64_t> batch;        // request ids, in batch order
   std::vector<int32_t> verify_lens;  // the plan (rank 0's), per batch entry
-  // False: no request drafts this step (EngineOptions::speculation_max_batch);
-  // each verifies one row.
-  bool draft = true;
+  // The draft plan (rank 0's), per batch entry: the drafts it proposes, 0 to
+  // gamma (scheduler/draft_planner.h). 0 makes the request a plain decode
+  // row of the verify forward; 0 for all runs no draft pass at all. The step
+  // runs max(draft_depths) draft passes, each over the requests that draft
+  // that deep.
+  std::vector<int32_t> draft_depths;
   // The plan's layout (VerifyPlan::packed): true, each request runs only its
   // verify_lens rows (compact mode, trimmed or pinned budget); false, every
   // drafting request runs the full block and the sampler's cutoff stops
@@ -92,7 +96,9 @@ struct StepJob {
 // One step's results, per request in batch order.
 struct StepOutcome {
   int64_t step = 0;
-  std::vector<uint8_t> drafted;  // proposed gamma drafts this step
+  std::vector<uint8_t> drafted;  // proposed drafts this step
+  std::vector<int32_t> draft_depths;  // how many (0 where none)
+  int draft_passes = 0;               // the draft passes the step ran
   // Would have drafted, but its previous step emitted a stop token on the
   // device: no drafts, one verify row.
   std::vector<uint8_t> stop_skipped;
@@ -105,7 +111,7 @@ struct StepOutcome {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
   // [batch * gamma]: the confidence signal of each proposed draft (0 where
-  // none was proposed).
+  // none was proposed: past the request's depth).
   std::vector<float> signals;
   int64_t verify_tokens = 0;           // target rows of the verify forward
   int64_t draft_nanoseconds = 0;       // the draft passes and their sampler

@@ -57,6 +57,7 @@ StepJob Job(int64_t step, std::vector<int64_t> batch, std::vector<int32_t> verif
   job.step = step;
   job.batch = std::move(batch);
   job.verify_lens = std::move(verify_lens);
+  job.draft_depths.assign(job.batch.size(), kGamma);
   return job;
 }
 
@@ -151,6 +152,65 @@ TEST_F(StepExecutorTest, PackedJobsRunThePlannedRowsUniformOnesTheFullBlock) {
     EXPECT_THAT(Tokens(out, 0), ElementsAre(2, 3)) << "packed " << packed;
     EXPECT_THAT(Tokens(out, 1), ElementsAre(6, 7, 0, 1)) << "packed " << packed;
   }
+}
+
+// A draft plan with a depth per request: a request of depth 0 is a plain
+// decode row of the verify, the others propose their depth's drafts in
+// max(depth) passes, each pass over the requests that draft that deep; the
+// uniform layout verifies each request's drafts and its last row. The next
+// step's first pass catches the draft up on what it did not see.
+TEST_F(StepExecutorTest, DraftDepthsPerRequestRunMaxDepthPassesOverTheDeepRows) {
+  StepExecutor executor(Options(), &target_, &draft_, nullptr);
+  ASSERT_TRUE(
+      executor.Admit({Greedy(1, {0, 1}, 20), Greedy(2, {1, 2}, 20), Greedy(3, {0, 1}, 20)})
+          .ok());
+  draft_.start_positions.clear();
+  StepOutcome out;
+  StepJob job = Job(1, {1, 2, 3}, {1, 2, kGamma + 1});
+  job.draft_depths = {0, 1, kGamma};
+  ASSERT_TRUE(executor.ProposeDrafts(job, &out).ok());
+  ASSERT_TRUE(executor.Verify(job, &out).ok());
+  EXPECT_THAT(out.drafted, ElementsAre(0, 1, 1));
+  EXPECT_THAT(out.draft_depths, ElementsAre(0, 1, kGamma));
+  EXPECT_EQ(out.draft_passes, kGamma);
+  // Pass 0 runs requests 3 and 2 (deepest first), passes 1 and 2 request 3.
+  EXPECT_THAT(draft_.start_positions, ElementsAre(1, 1, 2, 3));
+  EXPECT_THAT(out.verify_lens, ElementsAre(1, 2, kGamma + 1));
+  EXPECT_EQ(out.verify_tokens, 1 + 2 + (kGamma + 1));
+  EXPECT_THAT(Tokens(out, 0), ElementsAre(2));
+  EXPECT_THAT(Tokens(out, 1), ElementsAre(3, 4));
+  EXPECT_THAT(Tokens(out, 2), ElementsAre(2, 3, 4, 5));
+  // Only proposed drafts have signals.
+  EXPECT_EQ(out.signals[0 * kGamma + 0], 0.0f);
+  EXPECT_GT(out.signals[1 * kGamma + 0], 0.0f);
+  EXPECT_EQ(out.signals[1 * kGamma + 1], 0.0f);
+  EXPECT_GT(out.signals[2 * kGamma + kGamma - 1], 0.0f);
+
+  // Every request drafts one: request 1's draft catches up on the token it
+  // missed (from position 1, two tokens), request 2's on its accepted draft
+  // and bonus token (from 2), request 3's on its bonus token after all of
+  // its drafts were accepted (from 1 + kGamma).
+  draft_.start_positions.clear();
+  job = Job(2, {1, 2, 3}, {2, 2, 2});
+  job.draft_depths = {1, 1, 1};
+  ASSERT_TRUE(executor.ProposeDrafts(job, &out).ok());
+  ASSERT_TRUE(executor.Verify(job, &out).ok());
+  EXPECT_THAT(draft_.start_positions, ElementsAre(1, 2, 1 + kGamma));
+  EXPECT_EQ(out.draft_passes, 1);
+  EXPECT_THAT(Tokens(out, 0), ElementsAre(3, 4));
+  EXPECT_THAT(Tokens(out, 1), ElementsAre(5, 6));
+  EXPECT_THAT(Tokens(out, 2), ElementsAre(6, 7));
+
+  // A step where nobody drafts runs no draft pass at all.
+  draft_.start_positions.clear();
+  job = Job(3, {1, 2, 3}, {kGamma + 1, kGamma + 1, kGamma + 1});
+  job.draft_depths = {0, 0, 0};
+  ASSERT_TRUE(executor.ProposeDrafts(job, &out).ok());
+  ASSERT_TRUE(executor.Verify(job, &out).ok());
+  EXPECT_TRUE(draft_.start_positions.empty());
+  EXPECT_EQ(out.draft_passes, 0);
+  EXPECT_EQ(out.verify_tokens, 3);
+  EXPECT_THAT(Tokens(out, 0), ElementsAre(5));
 }
 
 // The worker runs jobs first in first out: admissions with the job that

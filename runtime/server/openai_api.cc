@@ -523,7 +523,8 @@ json UsageJson(const GenerationUsage& u) {
           {"speculative",
            {{"draft_tokens", u.draft_tokens},
             {"accepted_tokens", u.accepted_tokens},
-            {"verify_steps", u.verify_steps}}}};
+            {"verify_steps", u.verify_steps},
+            {"plain_steps", u.plain_steps}}}};
 }
 
 // Token i's logprob as JSON: null where the engine gave none (NaN marks a
