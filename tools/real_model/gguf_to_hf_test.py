@@ -254,6 +254,11 @@ class ConvertTest(unittest.TestCase):
     self.assertEqual(tokenizer.decode(encoding.ids, skip_special_tokens=True), " the 12x")
     self.assertEqual(tokenizer.decode(tokenizer.encode("\t¡ü €").ids), "\t¡ü €")
 
+  def test_gpt2_pre_tokenizer_keeps_digits_together(self):
+    self.convert(hf_weights(np.random.default_rng(9), tied=True), pre="gpt-2")
+    tokenizer = Tokenizer.from_file(os.path.join(self.out, "tokenizer.json"))
+    self.assertEqual(tokenizer.encode(" the 12x").tokens, ["Ġthe", "Ġ", "12", "x"])
+
   def test_what_is_not_handled_is_refused_by_name(self):
     weights = hf_weights(np.random.default_rng(7), tied=True)
     cases = [
