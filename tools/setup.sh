@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian package that building and testing verdict needs.
-# Idempotent and non-interactive: packages already present are skipped.
+# Installs every Debian package that building and testing verdict needs, the
+# tests' Python environment, and the real checkpoint of the end-to-end test.
+# Idempotent and non-interactive: what is already present is skipped.
 # CUDA 13 is expected at /usr/local/cuda (nvcc, cudart, cuBLAS, NCCL): it is
 # not a Debian package; the build only needs it to compile, not a GPU.
 set -euo pipefail
