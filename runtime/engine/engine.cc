@@ -219,6 +219,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     }
     engine->draft_model_ = *std::move(draft_model);
   }
+  if (comm->rank() == 0) {
+    // Which way tokens are made is the first thing to know about a server's
+    // speed, and a model served without a draft is easy to start by mistake.
+    if (speculative) {
+      std::fprintf(stderr,
+                   "verdict: speculative decoding: the draft %s proposes up to %d tokens a step\n",
+                   draft->dir.c_str(), options.num_draft_tokens);
+    } else {
+      std::fprintf(stderr,
+                   "verdict: decoding autoregressively (%s): one target pass per token\n",
+                   draft.has_value() ? "--speculation off" : "no draft model");
+    }
+  }
 
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
       LoadTokenizer(target.tokenizer_dir.empty() ? target.dir : target.tokenizer_dir);

@@ -611,6 +611,31 @@ TEST(EngineDraftTpTest, OnlyOneOrTheTpDegree) {
           .ok());
 }
 
+// The start-up log says how tokens will be made: speculatively with the
+// draft, or one target pass per token (no draft, or --speculation off).
+TEST(EngineDecodingModeTest, StartUpSaysHowTokensAreMade) {
+  LocalCommunicator comm;
+  EngineOptions options;
+  options.kv_cache_tokens = 8192;
+  auto said_at_start = [&](std::optional<ModelSource> draft) {
+    ::testing::internal::CaptureStderr();
+    absl::StatusOr<std::unique_ptr<Engine>> engine =
+        Engine::Create(options, ModelSource{"models/target", true, 1}, draft, &comm);
+    const std::string said = ::testing::internal::GetCapturedStderr();
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return said;
+  };
+  const ModelSource draft{"models/draft", true, 2};
+  EXPECT_THAT(said_at_start(std::nullopt),
+              ::testing::HasSubstr("decoding autoregressively (no draft model)"));
+  EXPECT_THAT(said_at_start(draft),
+              ::testing::HasSubstr("speculative decoding: the draft models/draft proposes up to 5"));
+  options.speculation = false;
+  const std::string off = said_at_start(draft);
+  EXPECT_THAT(off, ::testing::HasSubstr("decoding autoregressively (--speculation off)"));
+  EXPECT_THAT(off, ::testing::Not(::testing::HasSubstr("speculative decoding")));
+}
+
 TEST(EngineCostTableTest, SaysWhenTheTableWasMeasuredAtAnotherTp) {
   const std::string path = ::testing::TempDir() + "/engine_test_tp2_table.json";
   {

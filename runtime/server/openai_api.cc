@@ -627,8 +627,21 @@ std::string ErrorBody(int http_status, absl::string_view message, absl::string_v
   return Dump(ErrorObject(http_status, message, param, error_code));
 }
 
+// Whether Encode(..., add_bos=true) puts BOS in front: a SentencePiece
+// model with one does, a tokenizer.json does when its post-processor's
+// template starts with it, and a byte-level post-processor (SmolLM2's) adds
+// nothing.
+static bool EncodeAddsBos(const Tokenizer& tokenizer) {
+  if (tokenizer.bos_id() < 0) return false;
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode("", /*add_bos=*/true);
+  return ids.ok() && !ids->empty() && ids->front() == tokenizer.bos_id();
+}
+
 OpenAiApi::OpenAiApi(ServedModel model, const Tokenizer& tokenizer, ChatTemplate chat_template)
-    : model_(std::move(model)), tokenizer_(tokenizer), chat_template_(std::move(chat_template)) {}
+    : model_(std::move(model)),
+      tokenizer_(tokenizer),
+      chat_template_(std::move(chat_template)),
+      encode_adds_bos_(EncodeAddsBos(tokenizer)) {}
 
 absl::StatusOr<ApiRequest> OpenAiApi::ParseCompletion(absl::string_view body) const {
   absl::StatusOr<json> root = ParseBody(body, model_);
@@ -687,9 +700,12 @@ absl::StatusOr<ApiRequest> OpenAiApi::ParseChat(absl::string_view body) const {
   absl::StatusOr<std::string> prompt = chat_template_.Render(*messages);
   if (!prompt.ok()) return Invalid("messages", prompt.status().message());
   // A checkpoint's template may write BOS itself (transformers then encodes
-  // without adding one); the tokenizer adds it here, so the text's copy goes.
+  // without adding one); where the tokenizer adds it here, the text's copy
+  // goes. Where it adds none, the text's BOS is the only one and stays
+  // (SmolLM2's BOS is <|im_start|>, which its ChatML template writes).
   const std::string& bos = chat_template_.bos_token();
-  if (chat_template_.has_template() && !bos.empty() && absl::StartsWith(*prompt, bos)) {
+  if (encode_adds_bos_ && chat_template_.has_template() && !bos.empty() &&
+      absl::StartsWith(*prompt, bos)) {
     prompt->erase(0, bos.size());
   }
   absl::StatusOr<std::vector<int32_t>> ids = tokenizer_.Encode(*prompt, /*add_bos=*/true);

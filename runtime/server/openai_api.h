@@ -98,7 +98,7 @@ struct SamplingDefaults {
 class OpenAiApi {
  public:
   // `tokenizer` must outlive this object. Prompts are encoded with BOS
-  // where the tokenizer has one.
+  // where the tokenizer adds one.
   OpenAiApi(ServedModel model, const Tokenizer& tokenizer, ChatTemplate chat_template);
 
   // A request field the API does not know is a 400 naming it (a misspelt
@@ -123,6 +123,7 @@ class OpenAiApi {
   ServedModel model_;
   const Tokenizer& tokenizer_;
   ChatTemplate chat_template_;
+  bool encode_adds_bos_;  // whether tokenizer_.Encode(text, true) starts with BOS
   bool accept_unknown_fields_ = false;
   SamplingDefaults sampling_defaults_;
 

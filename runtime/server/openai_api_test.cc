@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -172,6 +173,30 @@ TEST_F(OpenAiApiTest, TemplateWrittenBosIsNotDoubled) {
       api_later.ParseChat(R"({"messages": [{"role": "user", "content": "hi"}]})");
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_EQ(kept->generation.prompt_token_ids, *tokenizer_.Encode("[hi]<s>", /*add_bos=*/true));
+}
+
+// A tokenizer whose Encode adds no BOS (a tokenizer.json with a byte-level
+// post-processor, as SmolLM2's): BOS is a token like any other to it.
+class NoBosTokenizer : public ByteTokenizer {
+ public:
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool) const override {
+    return ByteTokenizer::Encode(text, /*add_bos=*/false);
+  }
+};
+
+// With such a tokenizer the template's BOS is the prompt's only one, so it
+// stays: SmolLM2's ChatML template starts with its BOS, <|im_start|>.
+TEST_F(OpenAiApiTest, TemplateWrittenBosStaysWhenTheTokenizerAddsNone) {
+  absl::StatusOr<ChatTemplate> chat = ChatTemplate::FromTokenizerConfig(
+      R"({"bos_token": "<s>",
+          "chat_template": "{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor %}"})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  NoBosTokenizer no_bos;
+  OpenAiApi api(ServedModel{"tiny", kContext, 8, 1700000000}, no_bos, *chat);
+  absl::StatusOr<ApiRequest> r =
+      api.ParseChat(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generation.prompt_token_ids, *no_bos.Encode("<s>[hi]", /*add_bos=*/false));
 }
 
 TEST_F(OpenAiApiTest, NullMeansNotGiven) {
