@@ -136,6 +136,13 @@ std::string TargetModelDirFromFlags() {
   return ResolveModelDir(model.empty() ? "models/target" : model);
 }
 
+std::string TokenizerDirFromFlags() {
+  const std::string dir = ResolveModelDir(absl::GetFlag(FLAGS_tokenizer));
+  if (!dir.empty()) return dir;
+  const std::string target = TargetModelDirFromFlags();
+  return absl::StartsWith(target, "builtin:") ? ResolveModelDir("models/target") : target;
+}
+
 absl::StatusOr<EngineRuntime> StartEngineFromFlags(
     const std::function<absl::Status(EngineOptions*)>& adjust_options) {
   EngineRuntime rt;
@@ -210,10 +217,7 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
   std::string draft = absl::GetFlag(FLAGS_draft);
   if (model.empty() && draft.empty()) draft = "models/draft";
   ModelSource target{TargetModelDirFromFlags(), dummy, 1};
-  target.tokenizer_dir = ResolveModelDir(absl::GetFlag(FLAGS_tokenizer));
-  if (target.tokenizer_dir.empty() && absl::StartsWith(target.dir, "builtin:")) {
-    target.tokenizer_dir = ResolveModelDir("models/target");
-  }
+  target.tokenizer_dir = TokenizerDirFromFlags();
   if (model.empty() && !std::filesystem::exists(target.dir)) {
     return absl::NotFoundError(
         "the bundled model models/target was not found (not under the working directory, the "
