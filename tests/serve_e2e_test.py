@@ -15,8 +15,9 @@ Starts the real server, then:
 and checks /tokenize and /detokenize: the ids are the `tokenizers` package's
 for a model with a tokenizer.json, and for any model the prompt token counts
 of completions and chat completions (chat template arguments included),
-`verdict tokenize`'s ids and the text back; and that start-up read the
-target's tokenizer once.
+`verdict tokenize`'s ids (which equal the `tokenizers` package's on the
+tokenizer.json files of runtime/text/testdata) and the text back; and that
+start-up read the target's tokenizer once.
 
     serve_e2e_test.py VERDICT_BINARY OPENAI_CLIENT_TEST LAUNCH_SH
 """
@@ -86,6 +87,8 @@ def post(port, path, body):
 
 TOKENIZE_TEXTS = GREEDY_PROMPTS + ["", "  two  spaces, tabs\t and\nnewlines",
                                    "caf\u00e9 \u65e5\u672c \U0001f6a2 \u00a0"]
+# tokenizer.json files of several families (runtime/text/testdata).
+HF_TESTDATA = "runtime/text/testdata"
 CHATS = [
     ({"messages": [{"role": "user", "content": "Where is the ship?"}]}, {}),
     ({"messages": [{"role": "system", "content": "Be brief."},
@@ -165,6 +168,31 @@ def check_tokenizer_endpoints(port, binary, model_dir, log_path):
         print(f"FAIL verdict tokenize: exit {cli.returncode}, {cli.stderr[-300:]}")
     else:
         print(f"PASS verdict tokenize gives the ids of /tokenize on {len(cli_ids)} lines")
+
+    # The same code path on tokenizer.json files, against the tokenizers
+    # package, with and without special tokens.
+    import tokenizers
+    for name in sorted(os.listdir(HF_TESTDATA)):
+        path = os.path.join(HF_TESTDATA, name)
+        if not os.path.exists(os.path.join(path, "tokenizer.json")):
+            continue
+        reference = tokenizers.Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+        lines = "".join(json.dumps({"text": t}) + "\n" + json.dumps(
+            {"text": t, "add_special_tokens": False}) + "\n" for t in TOKENIZE_TEXTS)
+        cli = subprocess.run([binary, "tokenize", f"--tokenizer={path}"], input=lines,
+                             capture_output=True, text=True, timeout=120)
+        expected = []
+        for t in TOKENIZE_TEXTS:
+            expected += [reference.encode(t).ids,
+                         reference.encode(t, add_special_tokens=False).ids]
+        got = [json.loads(line)["ids"] for line in cli.stdout.splitlines()]
+        if cli.returncode != 0 or got != expected:
+            failures += 1
+            print(f"FAIL verdict tokenize --tokenizer={path} differs from the tokenizers "
+                  f"package: exit {cli.returncode}, {cli.stderr[-300:]}")
+        else:
+            print(f"PASS verdict tokenize equals the tokenizers package on {name}/tokenizer.json "
+                  f"({len(got)} lines)")
 
     # Back to text, and a bad id named by its index.
     back = [post(port, "/detokenize", {"tokens": ids[t]})[1]["prompt"] for t in GREEDY_PROMPTS]
