@@ -19,7 +19,8 @@
 #include "scheduler/verify_planner.h"
 
 ABSL_FLAG(std::string, input, "",
-          "`verdict plan`: the step to plan, as JSON (scheduler/plan_command.h)");
+          "`verdict plan`: the step to plan, as JSON (scheduler/plan_command.h); "
+          "`verdict tokenize`: the JSON lines to tokenize (empty: stdin)");
 ABSL_FLAG(std::string, mode, "",
           "`verdict plan`: static, cap-accept or compact; empty: the value of --verify-mode");
 

@@ -193,10 +193,42 @@ def main():
         expect(speculative["draft_tokens"] == 0, f"drafts with speculation off: {speculative}")
         return json.dumps(speculative)
 
+    def chat_template_arguments():
+        # The official client sends them in extra_body, as it does for vLLM.
+        prefilled = MESSAGES + [{"role": "assistant", "content": "It was"}]
+        continued = client.chat.completions.create(
+            model=model, messages=prefilled, extra_body={"continue_final_message": True},
+            **greedy).choices[0].message.content
+        # The same ids as a completion's prompt: the same greedy text, up to
+        # where the chat's end-of-turn stop strings cut it.
+        request = urllib.request.Request(
+            f"{root}/tokenize", method="POST",
+            data=json.dumps({"model": model, "messages": prefilled, "add_special_tokens": True,
+                             "continue_final_message": True}).encode(),
+            headers={"Content-Type": "application/json",
+                     "Authorization": f"Bearer {args.api_key}"})
+        with urllib.request.urlopen(request, timeout=60) as r:
+            ids = json.loads(r.read())["tokens"]
+        text = client.completions.create(model=model, prompt=ids, **greedy).choices[0].text
+        expect(text.startswith(continued), f"chat {continued!r} vs completion {text!r}")
+        client.chat.completions.create(
+            model=model, messages=MESSAGES, max_tokens=2,
+            extra_body={"chat_template_kwargs": {"enable_thinking": False},
+                        "add_generation_prompt": True})
+        try:
+            client.chat.completions.create(
+                model=model, messages=prefilled, max_tokens=2,
+                extra_body={"continue_final_message": True, "add_generation_prompt": True})
+        except openai.BadRequestError as e:
+            expect(e.status_code == 400, f"both true: {e.status_code}")
+            return f"continued {continued!r}; both true is a 400"
+        raise AssertionError("continue_final_message with add_generation_prompt was accepted")
+
     for name, fn in [("completion", completion), ("completion stream", completion_stream),
                      ("chat", chat), ("chat stream", chat_stream), ("logprobs", logprobs),
                      (f"{args.clients} concurrent clients", many_clients), ("errors", errors),
-                     ("speculation off", speculation_switch)]:
+                     ("speculation off", speculation_switch),
+                     ("chat template arguments", chat_template_arguments)]:
         checks.run(name, fn)
     print("all checks passed" if checks.failures == 0 else f"{checks.failures} check(s) failed")
     return 0 if checks.failures == 0 else 1

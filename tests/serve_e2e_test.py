@@ -11,7 +11,13 @@ Starts the real server, then:
   4. starts the same model at TP 2 under mpirun (deploy/launch.sh) and checks
      that it serves the same greedy text as TP 1;
   5. sends SIGTERM while a long request streams and checks that the server
-     drains and exits 0.
+     drains and exits 0;
+and checks /tokenize and /detokenize: the ids are the `tokenizers` package's
+for a model with a tokenizer.json, and for any model the prompt token counts
+of completions and chat completions (chat template arguments included),
+`verdict tokenize`'s ids (which equal the `tokenizers` package's on the
+tokenizer.json files of runtime/text/testdata) and the text back; and that
+start-up read the target's tokenizer once.
 
     serve_e2e_test.py VERDICT_BINARY OPENAI_CLIENT_TEST LAUNCH_SH
 """
@@ -79,6 +85,134 @@ def post(port, path, body):
     return response.status, json.loads(response.read())
 
 
+TOKENIZE_TEXTS = GREEDY_PROMPTS + ["", "  two  spaces, tabs\t and\nnewlines",
+                                   "caf\u00e9 \u65e5\u672c \U0001f6a2 \u00a0"]
+# tokenizer.json files of several families (runtime/text/testdata).
+HF_TESTDATA = "runtime/text/testdata"
+CHATS = [
+    ({"messages": [{"role": "user", "content": "Where is the ship?"}]}, {}),
+    ({"messages": [{"role": "system", "content": "Be brief."},
+                   {"role": "user", "content": "Where is the ship?"}]},
+     {"add_generation_prompt": False}),
+    ({"messages": [{"role": "user", "content": "Where is the ship?"},
+                   {"role": "assistant", "content": "The ship is "}]},
+     {"continue_final_message": True}),
+]
+
+
+def check_tokenizer_endpoints(port, binary, model_dir, log_path):
+    """Returns the number of failures."""
+    failures = 0
+    ids = {}
+    for text in TOKENIZE_TEXTS:
+        status, answer = post(port, "/tokenize", {"model": "verdict-default", "prompt": text})
+        expect(status == 200, f"/tokenize status {status}: {answer}")
+        expect(answer["count"] == len(answer["tokens"]) and answer["max_model_len"] > 0,
+               f"/tokenize answer {answer}")
+        ids[text] = answer["tokens"]
+
+    hf = os.path.join(model_dir, "tokenizer.json")
+    if os.path.exists(hf):
+        import tokenizers
+        reference = tokenizers.Tokenizer.from_file(hf)
+        wrong = [t for t in TOKENIZE_TEXTS if reference.encode(t).ids != ids[t]]
+        if wrong:
+            failures += 1
+            print(f"FAIL /tokenize differs from the tokenizers package on {wrong!r}")
+        else:
+            print(f"PASS /tokenize equals the tokenizers package on {len(ids)} texts")
+    else:
+        # A SentencePiece model: the completions endpoint's own encoding.
+        wrong = []
+        for text in TOKENIZE_TEXTS[:3]:
+            status, answer = post(port, "/v1/completions", {
+                "prompt": text, "max_tokens": 1, "temperature": 0})
+            expect(status == 200, f"status {status}: {answer}")
+            if answer["usage"]["prompt_tokens"] != len(ids[text]):
+                wrong.append((text, answer["usage"]["prompt_tokens"], len(ids[text])))
+        if wrong:
+            failures += 1
+            print(f"FAIL /tokenize counts differ from completions' prompt_tokens: {wrong!r}")
+        else:
+            print(f"PASS /tokenize counts equal completions' prompt_tokens ({model_dir} has no "
+                  f"tokenizer.json)")
+
+    # Conversations: with special tokens, the ids chat completions generate
+    # from, under each template argument.
+    wrong = []
+    for chat, arguments in CHATS:
+        status, tokenized = post(port, "/tokenize",
+                                 {**chat, **arguments, "add_special_tokens": True})
+        expect(status == 200, f"/tokenize status {status}: {tokenized}")
+        status, answer = post(port, "/v1/chat/completions", {
+            **chat, **arguments, "max_tokens": 1, "temperature": 0})
+        expect(status == 200, f"chat status {status}: {answer}")
+        if answer["usage"]["prompt_tokens"] != tokenized["count"]:
+            wrong.append((arguments, answer["usage"]["prompt_tokens"], tokenized["count"]))
+    status, both = post(port, "/v1/chat/completions", {
+        **CHATS[2][0], "continue_final_message": True, "add_generation_prompt": True})
+    if wrong or status != 400 or both["error"]["param"] != "continue_final_message":
+        failures += 1
+        print(f"FAIL chat template arguments: {wrong!r}; both true gave {status} {both}")
+    else:
+        print(f"PASS /tokenize of {len(CHATS)} conversations counts what chat completions "
+              "count, and continue_final_message with add_generation_prompt is a 400")
+
+    # The CLI gives the same ids offline.
+    lines = "".join(json.dumps({"text": t}) + "\n" for t in TOKENIZE_TEXTS)
+    cli = subprocess.run([binary, "tokenize"], input=lines, capture_output=True, text=True,
+                         timeout=120)
+    cli_ids = [json.loads(line)["ids"] for line in cli.stdout.splitlines()]
+    if cli.returncode != 0 or cli_ids != [ids[t] for t in TOKENIZE_TEXTS]:
+        failures += 1
+        print(f"FAIL verdict tokenize: exit {cli.returncode}, {cli.stderr[-300:]}")
+    else:
+        print(f"PASS verdict tokenize gives the ids of /tokenize on {len(cli_ids)} lines")
+
+    # The same code path on tokenizer.json files, against the tokenizers
+    # package, with and without special tokens.
+    import tokenizers
+    for name in sorted(os.listdir(HF_TESTDATA)):
+        path = os.path.join(HF_TESTDATA, name)
+        if not os.path.exists(os.path.join(path, "tokenizer.json")):
+            continue
+        reference = tokenizers.Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+        lines = "".join(json.dumps({"text": t}) + "\n" + json.dumps(
+            {"text": t, "add_special_tokens": False}) + "\n" for t in TOKENIZE_TEXTS)
+        cli = subprocess.run([binary, "tokenize", f"--tokenizer={path}"], input=lines,
+                             capture_output=True, text=True, timeout=120)
+        expected = []
+        for t in TOKENIZE_TEXTS:
+            expected += [reference.encode(t).ids,
+                         reference.encode(t, add_special_tokens=False).ids]
+        got = [json.loads(line)["ids"] for line in cli.stdout.splitlines()]
+        if cli.returncode != 0 or got != expected:
+            failures += 1
+            print(f"FAIL verdict tokenize --tokenizer={path} differs from the tokenizers "
+                  f"package: exit {cli.returncode}, {cli.stderr[-300:]}")
+        else:
+            print(f"PASS verdict tokenize equals the tokenizers package on {name}/tokenizer.json "
+                  f"({len(got)} lines)")
+
+    # Back to text, and a bad id named by its index.
+    back = [post(port, "/detokenize", {"tokens": ids[t]})[1]["prompt"] for t in GREEDY_PROMPTS]
+    status, bad = post(port, "/detokenize", {"tokens": [1, 2, 10 ** 9]})
+    if back != GREEDY_PROMPTS or status != 400 or bad["error"]["param"] != "tokens[2]":
+        failures += 1
+        print(f"FAIL /detokenize: {back!r}; a bad id gave {status} {bad}")
+    else:
+        print("PASS /detokenize returns the texts, and an id out of range is a 400 naming it")
+
+    with open(log_path) as f:
+        target_loads = [line for line in f if re.match(r"verdict: tokenizer \S*target", line)]
+    if len(target_loads) != 1:
+        failures += 1
+        print(f"FAIL start-up read the target's tokenizer {len(target_loads)} times")
+    else:
+        print("PASS start-up read the target's tokenizer once")
+    return failures
+
+
 def wait_healthy(port, proc, seconds=60):
     deadline = time.time() + seconds
     while time.time() < deadline:
@@ -132,8 +266,8 @@ def expect(condition, message):
 def main():
     binary, client_test, launch = (os.path.abspath(a) for a in sys.argv[1:4])
     port, metrics_port = free_port(), free_port()
-    log = open(os.path.join(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", "/tmp"),
-                            "serve.log"), "w")
+    log_path = os.path.join(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", "/tmp"), "serve.log")
+    log = open(log_path, "w")
     proc = subprocess.Popen(
         [binary, "serve", f"--port={port}", f"--metrics-port={metrics_port}",
          "--drain-seconds=20", "--cpu-threads=2", "--max-running-requests=64"],
@@ -172,6 +306,9 @@ def main():
                       f"{lost.stderr[-500:]}")
             else:
                 print("PASS the bundled models are found from /, and their absence names --model")
+
+        # 0c. The tokenizer's endpoints and the CLI, on the bundled target.
+        failures += check_tokenizer_endpoints(port, binary, "models/target", log_path)
 
         # 1. The official client.
         result = subprocess.run(

@@ -18,6 +18,7 @@
 #include "runtime/cli/generate_command.h"
 #include "runtime/cli/profile_command.h"
 #include "runtime/cli/serve_command.h"
+#include "runtime/cli/tokenize_command.h"
 #include "scheduler/plan_command.h"
 
 namespace verdict {
@@ -28,6 +29,7 @@ constexpr char kEngineFlags[] = "runtime/cli/engine_flags.cc";
 constexpr char kServeInput[] =
     R"(HTTP on --host:--port (rank 0; the other ranks run the engine only):
   POST /v1/completions, /v1/chat/completions   OpenAI request bodies (JSON)
+  POST /tokenize, /detokenize                  vLLM's request bodies (JSON)
   GET  /v1/models, /health, /ready
   GET  /metrics on --metrics-port (Prometheus text format))";
 
@@ -94,6 +96,9 @@ const std::vector<Command>& Commands() {
       {"plan", "print the verify plan for one step (--cost-table, --input, --mode)",
        &RunPlanCommand, {"scheduler/plan_command.cc"}, {"cost_table", "verify_mode"},
        kPlanInputFormat},
+      {"tokenize", "print the token ids of JSON lines of text or messages (--model, --input)",
+       &RunTokenizeCommand, {"runtime/cli/tokenize_command.cc"}, {"model", "tokenizer", "input"},
+       kTokenizeInputFormat},
       {"bench", "load-test a running server over a concurrency sweep (--bench-url)",
        &RunBenchCommand, {"runtime/cli/bench_command.cc"}, {}, kBenchInput},
       {"profile", "measure the cost table on the engine (--profile-batch-sizes, --profile-out)",

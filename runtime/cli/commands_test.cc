@@ -9,6 +9,7 @@
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "kernels/verify_case.h"
+#include "runtime/cli/tokenize_command.h"
 #include "scheduler/plan_command.h"
 
 namespace verdict {
@@ -69,6 +70,18 @@ TEST(CommandsTest, PlanAndSampleHelpCarryTheirInputFormats) {
   EXPECT_TRUE(Lists(sample, "case"));
   EXPECT_TRUE(Lists(sample, "trials"));
   EXPECT_TRUE(absl::StrContains(sample, kSampleCaseFormat));
+}
+
+TEST(CommandsTest, TokenizeIsListedAndItsHelpCarriesTheLineFormat) {
+  EXPECT_TRUE(absl::StrContains(CommandList(), "\n  tokenize "));
+  const std::string help = HelpOf("tokenize");
+  EXPECT_TRUE(Lists(help, "model"));
+  EXPECT_TRUE(Lists(help, "tokenizer"));
+  EXPECT_TRUE(Lists(help, "input"));
+  EXPECT_FALSE(Lists(help, "port"));
+  EXPECT_FALSE(Lists(help, "num-draft-tokens"));
+  EXPECT_TRUE(absl::StrContains(help, kTokenizeInputFormat));
+  EXPECT_TRUE(absl::StrContains(HelpOf("serve"), "/tokenize"));
 }
 
 TEST(CommandsTest, HelpShowsDefaults) {

@@ -86,14 +86,21 @@ bool HasTokenizer(const std::string& dir) {
          std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.model");
 }
 
-// The draft proposes ids that the target verifies and the target's
-// tokenizer decodes, so a draft folder that ships a tokenizer must ship the
-// target's. A folder without one (the engine still checks the vocabulary
-// sizes) has nothing to compare.
-absl::Status CheckDraftTokenizerOf(const ModelSource& target, const ModelSource& draft) {
-  const std::string target_dir = target.tokenizer_dir.empty() ? target.dir : target.tokenizer_dir;
-  if (!HasTokenizer(target_dir) || !HasTokenizer(draft.dir)) return absl::OkStatus();
-  return CheckDraftTokenizer(target_dir, draft.dir);
+// The target's tokenizer, loaded once here: the draft's is compared with
+// it, and the engine serves with it. The draft proposes ids that the target
+// verifies and the target's tokenizer decodes, so a draft folder that ships
+// a tokenizer must ship the target's. A folder without one (the engine
+// still checks the vocabulary sizes) has nothing to compare; a target
+// without one is the engine's error to report.
+absl::Status LoadTargetTokenizer(ModelSource* target, const ModelSource* draft) {
+  const std::string target_dir =
+      target->tokenizer_dir.empty() ? target->dir : target->tokenizer_dir;
+  if (!HasTokenizer(target_dir)) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(target_dir);
+  if (!tokenizer.ok()) return tokenizer.status();
+  target->tokenizer = *std::move(tokenizer);
+  if (draft == nullptr || !HasTokenizer(draft->dir)) return absl::OkStatus();
+  return CheckDraftTokenizer(*target->tokenizer, target_dir, draft->dir);
 }
 
 }  // namespace
@@ -127,6 +134,13 @@ std::string ResolveModelDir(const std::string& dir) {
 std::string TargetModelDirFromFlags() {
   const std::string model = absl::GetFlag(FLAGS_model);
   return ResolveModelDir(model.empty() ? "models/target" : model);
+}
+
+std::string TokenizerDirFromFlags() {
+  const std::string dir = ResolveModelDir(absl::GetFlag(FLAGS_tokenizer));
+  if (!dir.empty()) return dir;
+  const std::string target = TargetModelDirFromFlags();
+  return absl::StartsWith(target, "builtin:") ? ResolveModelDir("models/target") : target;
 }
 
 absl::StatusOr<EngineRuntime> StartEngineFromFlags(
@@ -203,19 +217,17 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
   std::string draft = absl::GetFlag(FLAGS_draft);
   if (model.empty() && draft.empty()) draft = "models/draft";
   ModelSource target{TargetModelDirFromFlags(), dummy, 1};
-  target.tokenizer_dir = ResolveModelDir(absl::GetFlag(FLAGS_tokenizer));
-  if (target.tokenizer_dir.empty() && absl::StartsWith(target.dir, "builtin:")) {
-    target.tokenizer_dir = ResolveModelDir("models/target");
-  }
+  target.tokenizer_dir = TokenizerDirFromFlags();
   if (model.empty() && !std::filesystem::exists(target.dir)) {
     return absl::NotFoundError(
         "the bundled model models/target was not found (not under the working directory, the "
         "binary's runfiles, or the folders above the binary); pass --model DIR");
   }
   std::optional<ModelSource> draft_source;
-  if (!draft.empty()) {
-    draft_source = ModelSource{ResolveModelDir(draft), dummy, 2};
-    if (absl::Status s = CheckDraftTokenizerOf(target, *draft_source); !s.ok()) return s;
+  if (!draft.empty()) draft_source = ModelSource{ResolveModelDir(draft), dummy, 2};
+  if (absl::Status s = LoadTargetTokenizer(&target, draft_source ? &*draft_source : nullptr);
+      !s.ok()) {
+    return s;
   }
   if (adjust_options) {
     if (absl::Status s = adjust_options(&options); !s.ok()) return s;

@@ -35,6 +35,10 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
 // resolved as ResolveModelDir does.
 std::string TargetModelDirFromFlags();
 
+// The directory of the target's tokenizer: --tokenizer, else the target's
+// own, else (for a builtin:NAME target shape) the bundled models/target.
+std::string TokenizerDirFromFlags();
+
 // The model directory a flag names: as given if it exists, else relative to
 // the workspace `bazel run` was started from.
 std::string ResolveModelDir(const std::string& dir);

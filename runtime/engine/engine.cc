@@ -233,10 +233,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     }
   }
 
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
-      LoadTokenizer(target.tokenizer_dir.empty() ? target.dir : target.tokenizer_dir);
-  if (!tokenizer.ok()) return tokenizer.status();
-  engine->tokenizer_ = *std::move(tokenizer);
+  engine->tokenizer_ = target.tokenizer;
+  if (engine->tokenizer_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+        LoadTokenizer(target.tokenizer_dir.empty() ? target.dir : target.tokenizer_dir);
+    if (!tokenizer.ok()) return tokenizer.status();
+    engine->tokenizer_ = *std::move(tokenizer);
+  }
 
   engine->max_model_len_ = tc.max_position_embeddings;
   if (options.max_model_len > 0) {

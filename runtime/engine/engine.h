@@ -82,6 +82,9 @@ struct ModelSource {
   bool dummy_weights = false; // --load-format dummy: seeded random weights
   uint64_t dummy_seed = 0;
   std::string tokenizer_dir;  // the target's tokenizer.model; empty: `dir`
+  // The target's tokenizer when the caller has loaded it already (to compare
+  // the draft's with it); null: loaded from tokenizer_dir.
+  std::shared_ptr<const Tokenizer> tokenizer;
 };
 
 // Where the models run. Both backends compute the same forward pass
@@ -378,7 +381,7 @@ class Engine : public GenerationService {
   Model target_model_;
   std::optional<Model> draft_model_;
   ModelRunner* target_ = nullptr;
-  std::unique_ptr<Tokenizer> tokenizer_;
+  std::shared_ptr<const Tokenizer> tokenizer_;  // shared with the caller that loaded it
   std::unique_ptr<OnlineAcceptanceEstimator> estimator_;
   std::unique_ptr<DraftPlanner> draft_planner_;
   std::unique_ptr<VerifyPlanner> planner_;

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <utility>
@@ -37,6 +38,9 @@ constexpr size_t kMaxLoggedFields = 1024;
 constexpr absl::string_view kCompletionsPath = "/v1/completions";
 constexpr absl::string_view kChatPath = "/v1/chat/completions";
 constexpr absl::string_view kModelsPath = "/v1/models";
+// vLLM's paths, outside /v1.
+constexpr absl::string_view kTokenizePath = "/tokenize";
+constexpr absl::string_view kDetokenizePath = "/detokenize";
 
 // Compares in time that depends on the expected key's length only, so the
 // answer's timing does not reveal how much of a guess was right.
@@ -354,7 +358,8 @@ int HttpServer::Route(mg_connection* conn) {
     if (ready_ && !ready_()) return SendJson(conn, 503, R"({"status":"not ready"})");
     return SendJson(conn, 200, R"({"status":"ready"})");
   }
-  if (!absl::StartsWith(path, "/v1/")) return not_found();
+  const bool tokenizer_path = path == kTokenizePath || path == kDetokenizePath;
+  if (!absl::StartsWith(path, "/v1/") && !tokenizer_path) return not_found();
   if (!Authorized(conn)) {
     return SendJson(conn, 401,
                     ErrorBody(401, "a valid API key is required: Authorization: Bearer <key>", "",
@@ -365,6 +370,10 @@ int HttpServer::Route(mg_connection* conn) {
     if (!post) return method_not_allowed("POST");
     return HandleGenerate(conn, path == kChatPath ? ApiEndpoint::kChatCompletions
                                                   : ApiEndpoint::kCompletions);
+  }
+  if (tokenizer_path) {
+    if (!post) return method_not_allowed("POST");
+    return HandleTokenizer(conn, path == kTokenizePath);
   }
   if (path == kModelsPath) {
     if (!get) return method_not_allowed("GET");
@@ -402,15 +411,8 @@ int HttpServer::SendError(mg_connection* conn, const absl::Status& status) {
   return SendJson(conn, http_status, ErrorBody(status), headers);
 }
 
-int HttpServer::HandleGenerate(mg_connection* conn, ApiEndpoint endpoint) {
-  const absl::Status draining_error =
-      absl::UnavailableError("the server is shutting down and admits no new requests");
-  {
-    absl::MutexLock lock(&mu_);
-    if (draining_) return SendError(conn, draining_error);
-  }
-  const int socket = ConnectionSocket(mg_get_request_info(conn), port_);
-  std::string body;
+std::optional<int> HttpServer::ReceiveBody(mg_connection* conn, int socket, std::string* out) {
+  std::string& body = *out;
   BodyResult read;
   bool read_timed_out = false;
   {
@@ -445,6 +447,30 @@ int HttpServer::HandleGenerate(mg_connection* conn, ApiEndpoint endpoint) {
                                      "bytes within the read timeout)"),
                       "Connection: close\r\n");
   }
+  return std::nullopt;
+}
+
+int HttpServer::HandleTokenizer(mg_connection* conn, bool tokenize) {
+  // No engine is involved, so a draining server still answers these.
+  const int socket = ConnectionSocket(mg_get_request_info(conn), port_);
+  std::string body;
+  if (std::optional<int> sent = ReceiveBody(conn, socket, &body)) return *sent;
+  absl::StatusOr<ApiReply> reply = tokenize ? api_.TokenizeReply(body) : api_.DetokenizeReply(body);
+  if (!reply.ok()) return SendError(conn, reply.status());
+  LogIgnoredFields(reply->ignored_fields);
+  return SendJson(conn, 200, reply->body);
+}
+
+int HttpServer::HandleGenerate(mg_connection* conn, ApiEndpoint endpoint) {
+  const absl::Status draining_error =
+      absl::UnavailableError("the server is shutting down and admits no new requests");
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_) return SendError(conn, draining_error);
+  }
+  const int socket = ConnectionSocket(mg_get_request_info(conn), port_);
+  std::string body;
+  if (std::optional<int> sent = ReceiveBody(conn, socket, &body)) return *sent;
 
   absl::StatusOr<ApiRequest> parsed =
       endpoint == ApiEndpoint::kChatCompletions ? api_.ParseChat(body) : api_.ParseCompletion(body);

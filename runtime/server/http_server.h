@@ -2,10 +2,12 @@
 // GenerationService.
 //
 // Endpoints: POST /v1/completions, POST /v1/chat/completions (JSON or
-// server-sent events), GET /v1/models, GET /v1/models/{name}, GET /health
-// (200 while the process can serve, 503 once it cannot) and GET /ready (200 only while the engine
-// is ready and the server admits requests). With an API key, /v1/* need
-// "Authorization: Bearer <key>"; the probes do not.
+// server-sent events), POST /tokenize and POST /detokenize (vLLM's; see
+// openai_api.h), GET /v1/models, GET /v1/models/{name}, GET /health (200
+// while the process can serve, 503 once it cannot) and GET /ready (200 only
+// while the engine is ready and the server admits requests). With an API
+// key, /v1/*, /tokenize and /detokenize need "Authorization: Bearer <key>";
+// the probes do not.
 //
 // Each request is served on one of civetweb's worker threads, which blocks
 // on the request's event queue until the engine's next event; so
@@ -21,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -93,6 +96,12 @@ class HttpServer {
 
   int Route(mg_connection* conn);
   int HandleGenerate(mg_connection* conn, ApiEndpoint endpoint);
+  // POST /tokenize (true) or /detokenize (false).
+  int HandleTokenizer(mg_connection* conn, bool tokenize);
+  // Reads the request body into `body` within the body timeout and size
+  // limit; otherwise answers the client (408, 413 or 400) and returns the
+  // status sent. `socket` as for ServeBody.
+  std::optional<int> ReceiveBody(mg_connection* conn, int socket, std::string* body);
   int ServeStream(mg_connection* conn, const ApiRequest& request, Generation& generation);
   // `socket`: the connection's socket, watched for the client's hang-up
   // (-1: not found, not watched).

@@ -432,6 +432,19 @@ TEST_F(HttpServerTest, MalformedRequestsGet4xxAndTheServerKeepsServing) {
        "tools"},
       {"POST", "/v1/chat/completions", "{" + msg + R"(, "top_logprobs": 3})", 400, "top_logprobs"},
       {"POST", "/v1/completions", "{\"prompt\": \"" + std::string(5000, 'x') + "\"}", 413, "body"},
+      {"POST", "/tokenize", "{", 400, ""},
+      {"POST", "/tokenize", R"({"prompt": 3})", 400, "prompt"},
+      {"POST", "/tokenize", "{" + msg + R"(, "chat_template_kwargs": "x"})", 400,
+       "chat_template_kwargs"},
+      {"POST", "/tokenize", "{" + msg + R"(, "add_generation_prompt": true, "continue_final_message": true})",
+       400, "continue_final_message"},
+      {"POST", "/tokenize", R"({"prompt": "x", "temprature": 1})", 400, "temprature"},
+      {"POST", "/detokenize", R"({"tokens": [1, 2, 260]})", 400, "tokens[2]"},
+      {"POST", "/detokenize", R"({"tokens": 7})", 400, "tokens"},
+      {"POST", "/v1/chat/completions", "{" + msg + R"(, "continue_final_message": 1})", 400,
+       "continue_final_message"},
+      {"GET", "/tokenize", "", 405, ""},
+      {"GET", "/detokenize", "", 405, ""},
       {"GET", "/v1/completions", "", 405, ""},
       {"DELETE", "/v1/models", "", 405, ""},
       {"POST", "/health", "", 405, ""},
@@ -517,6 +530,44 @@ TEST_F(HttpServerTest, ABodyCutShortIsAnsweredAtOnce) {
   EXPECT_TRUE(Healthy());
 }
 
+TEST_F(HttpServerTest, TokenizeAndDetokenize) {
+  StartServer(service_);
+  HttpResponse r = Fetch(port_, "POST", "/tokenize", R"({"model": "tiny", "prompt": "Hi"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers["content-type"], "application/json");
+  json tokenized = JsonOf(r);
+  const std::vector<int32_t> hi = *tokenizer_.Encode("Hi", /*add_bos=*/true);
+  EXPECT_EQ(tokenized["tokens"].get<std::vector<int32_t>>(), hi);
+  EXPECT_EQ(tokenized["count"], hi.size());
+  EXPECT_EQ(tokenized["max_model_len"], 100000);
+
+  r = Fetch(port_, "POST", "/tokenize",
+            R"({"messages": [{"role": "user", "content": "Hello"}], "add_special_tokens": true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonOf(r)["tokens"].get<std::vector<int32_t>>(),
+            *tokenizer_.Encode("User: Hello\nAssistant:", /*add_bos=*/true));
+
+  r = Fetch(port_, "POST", "/detokenize", json({{"tokens", hi}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonOf(r), json({{"prompt", "Hi"}}));
+  // Neither reaches the engine.
+  EXPECT_TRUE(service_.submitted().empty());
+}
+
+// The chat template arguments reach the prompt the engine is given.
+TEST_F(HttpServerTest, ChatTemplateArgumentsShapeTheSubmittedPrompt) {
+  StartServer(service_);
+  HttpResponse r = Fetch(
+      port_, "POST", "/v1/chat/completions",
+      R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Well, "}],
+          "continue_final_message": true, "max_tokens": 2})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::vector<GenerationRequest> submitted = service_.submitted();
+  ASSERT_EQ(submitted.size(), 1u);
+  EXPECT_EQ(submitted[0].prompt_token_ids,
+            *tokenizer_.Encode("User: Hi\nAssistant: Well, ", /*add_bos=*/true));
+}
+
 TEST_F(HttpServerTest, UnknownFieldIsA400NamingIt) {
   StartServer(service_);
   HttpResponse r = Fetch(port_, "POST", "/v1/completions",
@@ -560,6 +611,17 @@ TEST_F(HttpServerTest, ApiKey) {
                           "Authorization: bearer sk-secret\r\n");
   EXPECT_EQ(ok.status, 200);
   EXPECT_EQ(TextOf(ok, false, false), "ab");
+  // The tokenizer's endpoints take the key like the rest of the API.
+  for (const char* path : {"/tokenize", "/detokenize"}) {
+    const char* body = path[1] == 't' ? R"({"prompt": "x"})" : R"({"tokens": [5]})";
+    HttpResponse refused = Fetch(port_, "POST", path, body, "Authorization: Bearer nope\r\n");
+    EXPECT_EQ(refused.status, 401) << path;
+    EXPECT_EQ(JsonOf(refused)["error"]["code"], "invalid_api_key") << path;
+    EXPECT_EQ(Fetch(port_, "POST", path, body).status, 401) << path;
+    EXPECT_EQ(Fetch(port_, "POST", path, body, "Authorization: Bearer sk-secret\r\n").status,
+              200)
+        << path;
+  }
   // Probes stay open for orchestrators.
   EXPECT_EQ(Fetch(port_, "GET", "/health").status, 200);
   EXPECT_EQ(Fetch(port_, "GET", "/ready").status, 200);

@@ -338,6 +338,75 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json* v) {
   return messages;
 }
 
+// Template variables the request itself sets; chat_template_kwargs may not.
+constexpr const char* kTemplateOwnVariables[] = {"messages", "tools", "documents",
+                                                 "add_generation_prompt"};
+
+// The chat template arguments: add_generation_prompt, continue_final_message
+// and chat_template_kwargs.
+absl::StatusOr<ChatRenderOptions> ParseChatOptions(Fields& fields) {
+  ChatRenderOptions options;
+  const json* generation_prompt = fields.Get("add_generation_prompt");
+  absl::Status s =
+      ReadBool(generation_prompt, "add_generation_prompt", &options.add_generation_prompt);
+  if (!s.ok()) return s;
+  if (s = ReadBool(fields.Get("continue_final_message"), "continue_final_message",
+                   &options.continue_final_message);
+      !s.ok()) {
+    return s;
+  }
+  if (options.continue_final_message) {
+    // The generation prompt would open a new turn after the message that is
+    // to be continued; only an explicit request for both is an error.
+    if (generation_prompt != nullptr && options.add_generation_prompt) {
+      return Invalid("continue_final_message",
+                     "'continue_final_message' and 'add_generation_prompt' cannot both be true: "
+                     "the first continues the final message, the second opens a new turn");
+    }
+    options.add_generation_prompt = false;
+  }
+  if (const json* v = fields.Get("chat_template_kwargs")) {
+    if (!v->is_object()) return TypeError("chat_template_kwargs", "an object", *v);
+    for (const char* name : kTemplateOwnVariables) {
+      if (v->contains(name)) {
+        const std::string param = absl::StrCat("chat_template_kwargs.", name);
+        return Invalid(param, absl::StrCat("'", param, "' is set by the request itself, not by "
+                                           "chat_template_kwargs"));
+      }
+    }
+    options.kwargs = nlohmann::ordered_json(*v);
+  }
+  return options;
+}
+
+// The ids of a conversation's prompt. With add_special_tokens, the ids the
+// engine generates from: where the tokenizer adds BOS (`encode_adds_bos`), a
+// BOS the template writes as text gives way to it, so there is one BOS
+// either way. Without, the rendered text alone.
+absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ChatTemplate& chat_template,
+                                                   const Tokenizer& tokenizer,
+                                                   const std::vector<ChatMessage>& messages,
+                                                   const ChatRenderOptions& options,
+                                                   bool add_special_tokens, bool encode_adds_bos) {
+  absl::StatusOr<std::string> prompt = chat_template.Render(messages, options);
+  if (!prompt.ok()) return Invalid("messages", prompt.status().message());
+  // A checkpoint's template may write BOS itself (transformers then encodes
+  // without adding one); where the tokenizer adds it here, the text's copy
+  // goes. Where it adds none, the text's BOS is the only one and stays
+  // (SmolLM2's BOS is <|im_start|>, which its ChatML template writes).
+  const std::string& bos = chat_template.bos_token();
+  if (add_special_tokens && encode_adds_bos && chat_template.has_template() && !bos.empty() &&
+      absl::StartsWith(*prompt, bos)) {
+    prompt->erase(0, bos.size());
+  }
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(*prompt, add_special_tokens);
+  if (!ids.ok()) {
+    return Invalid("messages",
+                   absl::StrCat("'messages' could not be tokenized: ", ids.status().message()));
+  }
+  return ids;
+}
+
 absl::Status ParseStop(const json* v, std::vector<std::string>* out) {
   if (v == nullptr) return absl::OkStatus();
   if (v->is_string()) {
@@ -668,7 +737,7 @@ absl::StatusOr<ApiRequest> OpenAiApi::ParseCompletion(absl::string_view body) co
   if (s = CheckIgnored(fields, /*chat=*/false); !s.ok()) return s;
   request.generation.params.logprobs = request.logprobs ? std::max(1, request.top_logprobs) : 0;
   fields.AppendUnknown(&request.ignored_fields);
-  if (s = CheckUnknownFields(request); !s.ok()) return s;
+  if (s = CheckUnknownFields(request.ignored_fields); !s.ok()) return s;
   return request;
 }
 
@@ -679,9 +748,9 @@ void OpenAiApi::ApplySamplingDefaults(SamplingParams* params) const {
   if (sampling_defaults_.min_p) params->min_p = *sampling_defaults_.min_p;
 }
 
-absl::Status OpenAiApi::CheckUnknownFields(const ApiRequest& request) const {
-  if (accept_unknown_fields_ || request.ignored_fields.empty()) return absl::OkStatus();
-  const std::string& field = request.ignored_fields.front();
+absl::Status OpenAiApi::CheckUnknownFields(const std::vector<std::string>& ignored) const {
+  if (accept_unknown_fields_ || ignored.empty()) return absl::OkStatus();
+  const std::string& field = ignored.front();
   return Invalid(field, absl::StrCat("unknown field '", field,
                                      "' (`verdict serve --accept-unknown-fields` ignores "
                                      "unknown fields instead)"));
@@ -697,22 +766,12 @@ absl::StatusOr<ApiRequest> OpenAiApi::ParseChat(absl::string_view body) const {
   ApplySamplingDefaults(&request.generation.params);
   absl::StatusOr<std::vector<ChatMessage>> messages = ParseMessages(fields.Get("messages"));
   if (!messages.ok()) return messages.status();
-  absl::StatusOr<std::string> prompt = chat_template_.Render(*messages);
-  if (!prompt.ok()) return Invalid("messages", prompt.status().message());
-  // A checkpoint's template may write BOS itself (transformers then encodes
-  // without adding one); where the tokenizer adds it here, the text's copy
-  // goes. Where it adds none, the text's BOS is the only one and stays
-  // (SmolLM2's BOS is <|im_start|>, which its ChatML template writes).
-  const std::string& bos = chat_template_.bos_token();
-  if (encode_adds_bos_ && chat_template_.has_template() && !bos.empty() &&
-      absl::StartsWith(*prompt, bos)) {
-    prompt->erase(0, bos.size());
-  }
-  absl::StatusOr<std::vector<int32_t>> ids = tokenizer_.Encode(*prompt, /*add_bos=*/true);
-  if (!ids.ok()) {
-    return Invalid("messages",
-                   absl::StrCat("'messages' could not be tokenized: ", ids.status().message()));
-  }
+  absl::StatusOr<ChatRenderOptions> options = ParseChatOptions(fields);
+  if (!options.ok()) return options.status();
+  absl::StatusOr<std::vector<int32_t>> ids =
+      ChatPromptIds(chat_template_, tokenizer_, *messages, *options, /*add_special_tokens=*/true,
+                    encode_adds_bos_);
+  if (!ids.ok()) return ids.status();
   request.generation.prompt_token_ids = *std::move(ids);
 
   absl::Status s = ParseCommon(fields, model_, tokenizer_.vocab_size(), "messages",
@@ -733,8 +792,101 @@ absl::StatusOr<ApiRequest> OpenAiApi::ParseChat(absl::string_view body) const {
     if (std::find(stop.begin(), stop.end(), end_of_turn) == stop.end()) stop.push_back(end_of_turn);
   }
   fields.AppendUnknown(&request.ignored_fields);
-  if (s = CheckUnknownFields(request); !s.ok()) return s;
+  if (s = CheckUnknownFields(request.ignored_fields); !s.ok()) return s;
   return request;
+}
+
+absl::StatusOr<TokenizedPrompt> OpenAiApi::Tokenize(absl::string_view body,
+                                                    absl::string_view text_field) const {
+  absl::StatusOr<json> root = ParseBody(body, model_);
+  if (!root.ok()) return root.status();
+  Fields fields(*root, "");
+  fields.Get("model");  // checked by ParseBody
+  const std::string text_name(text_field);
+  const json* text = fields.Get(text_name.c_str());
+  const json* messages_value = fields.Get("messages");
+  if (text == nullptr && messages_value == nullptr) {
+    return Invalid(text_name, absl::StrCat("'", text_name, "' or 'messages' is required"));
+  }
+  if (text != nullptr && messages_value != nullptr) {
+    return Invalid("messages", absl::StrCat("give '", text_name, "' or 'messages', not both"));
+  }
+  TokenizedPrompt result;
+  // vLLM's defaults: a text gets BOS; a conversation's template writes its
+  // own special tokens.
+  bool add_special_tokens = text != nullptr;
+  absl::Status s =
+      ReadBool(fields.Get("add_special_tokens"), "add_special_tokens", &add_special_tokens);
+  if (!s.ok()) return s;
+  if (s = ReadBool(fields.Get("return_token_strs"), "return_token_strs",
+                   &result.return_token_strs);
+      !s.ok()) {
+    return s;
+  }
+  if (text != nullptr) {
+    if (!text->is_string()) return TypeError(text_name, "a string", *text);
+    absl::StatusOr<std::vector<int32_t>> ids =
+        tokenizer_.Encode(text->get<std::string>(), add_special_tokens);
+    if (!ids.ok()) {
+      return Invalid(text_name, absl::StrCat("'", text_name,
+                                             "' could not be tokenized: ", ids.status().message()));
+    }
+    result.token_ids = *std::move(ids);
+  } else {
+    absl::StatusOr<std::vector<ChatMessage>> messages = ParseMessages(messages_value);
+    if (!messages.ok()) return messages.status();
+    absl::StatusOr<ChatRenderOptions> options = ParseChatOptions(fields);
+    if (!options.ok()) return options.status();
+    absl::StatusOr<std::vector<int32_t>> ids =
+        ChatPromptIds(chat_template_, tokenizer_, *messages, *options, add_special_tokens,
+                      encode_adds_bos_);
+    if (!ids.ok()) return ids.status();
+    result.token_ids = *std::move(ids);
+  }
+  fields.AppendUnknown(&result.ignored_fields);
+  if (s = CheckUnknownFields(result.ignored_fields); !s.ok()) return s;
+  return result;
+}
+
+absl::StatusOr<ApiReply> OpenAiApi::TokenizeReply(absl::string_view body) const {
+  absl::StatusOr<TokenizedPrompt> prompt = Tokenize(body);
+  if (!prompt.ok()) return prompt.status();
+  json out = {{"count", prompt->token_ids.size()},
+              {"max_model_len", model_.context_length},
+              {"tokens", prompt->token_ids}};
+  if (prompt->return_token_strs) {
+    json pieces = json::array();
+    for (int32_t id : prompt->token_ids) pieces.push_back(tokenizer_.IdToPiece(id));
+    out["token_strs"] = std::move(pieces);
+  }
+  return ApiReply{Dump(out), std::move(prompt->ignored_fields)};
+}
+
+absl::StatusOr<ApiReply> OpenAiApi::DetokenizeReply(absl::string_view body) const {
+  absl::StatusOr<json> root = ParseBody(body, model_);
+  if (!root.ok()) return root.status();
+  Fields fields(*root, "");
+  fields.Get("model");  // checked by ParseBody
+  const json* tokens = fields.Get("tokens");
+  if (tokens == nullptr) return Invalid("tokens", "'tokens' is required");
+  if (!tokens->is_array()) return TypeError("tokens", "an array of token ids", *tokens);
+  std::vector<int32_t> ids(tokens->size());
+  for (size_t i = 0; i < tokens->size(); ++i) {
+    absl::Status s = ReadTokenId((*tokens)[i], absl::StrCat("tokens[", i, "]"),
+                                 tokenizer_.vocab_size(), &ids[i]);
+    if (!s.ok()) return s;
+  }
+  ApiReply reply;
+  fields.AppendUnknown(&reply.ignored_fields);
+  if (absl::Status s = CheckUnknownFields(reply.ignored_fields); !s.ok()) return s;
+  // As vLLM decodes: special tokens keep their text.
+  absl::StatusOr<std::string> text = tokenizer_.Decode(ids, /*skip_special_tokens=*/false);
+  if (!text.ok()) {
+    return Invalid("tokens",
+                   absl::StrCat("'tokens' could not be decoded: ", text.status().message()));
+  }
+  reply.body = Dump({{"prompt", *text}});
+  return reply;
 }
 
 std::string OpenAiApi::ModelsBody() const {

@@ -85,6 +85,19 @@ std::string ErrorBody(const absl::Status& status);
 std::string ErrorBody(int http_status, absl::string_view message, absl::string_view param = "",
                       absl::string_view error_code = "");
 
+// The answer of an endpoint that needs no engine (/tokenize, /detokenize).
+struct ApiReply {
+  std::string body;
+  std::vector<std::string> ignored_fields;  // unknown fields, as dotted paths
+};
+
+// A /tokenize request's ids.
+struct TokenizedPrompt {
+  std::vector<int32_t> token_ids;
+  bool return_token_strs = false;
+  std::vector<std::string> ignored_fields;
+};
+
 // Sampling values for requests that leave them out (the checkpoint's
 // generation_config.json); unset: the API's own defaults (temperature 1,
 // top_p 1, no top-k, no min-p).
@@ -110,6 +123,14 @@ class OpenAiApi {
   absl::StatusOr<ApiRequest> ParseCompletion(absl::string_view body) const;
   absl::StatusOr<ApiRequest> ParseChat(absl::string_view body) const;
 
+  // POST /tokenize and /detokenize (see above).
+  absl::StatusOr<ApiReply> TokenizeReply(absl::string_view body) const;
+  absl::StatusOr<ApiReply> DetokenizeReply(absl::string_view body) const;
+  // The ids of a /tokenize body, whose text field is named `text_field`
+  // ("prompt" on the HTTP API; `verdict tokenize` lines call it "text").
+  absl::StatusOr<TokenizedPrompt> Tokenize(absl::string_view body,
+                                           absl::string_view text_field = "prompt") const;
+
   // The body of GET /v1/models.
   std::string ModelsBody() const;
   // The body of GET /v1/models/{name}; NotFound for another name.
@@ -128,7 +149,7 @@ class OpenAiApi {
   SamplingDefaults sampling_defaults_;
 
   void ApplySamplingDefaults(SamplingParams* params) const;
-  absl::Status CheckUnknownFields(const ApiRequest& request) const;
+  absl::Status CheckUnknownFields(const std::vector<std::string>& ignored) const;
 };
 
 // Builds the response of one request from its engine events, either as one

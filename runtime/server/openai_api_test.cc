@@ -258,6 +258,177 @@ TEST_F(OpenAiApiTest, ChatParameters) {
   EXPECT_THAT(r.ignored_fields, IsEmpty());
 }
 
+// The chat template arguments reach the rendering: no generation prompt, a
+// continued final message (the default plain format's "Assistant: " line,
+// cut after the prefilled words), and extra template variables.
+TEST_F(OpenAiApiTest, ChatTemplateArguments) {
+  json ask = {{{"role", "user"}, {"content", "Where?"}}};
+  EXPECT_EQ(Chat({{"messages", ask}, {"add_generation_prompt", false}}).generation.prompt_token_ids,
+            Ids("User: Where?\n"));
+  json prefilled = {{{"role", "user"}, {"content", "Where?"}},
+                    {{"role", "assistant"}, {"content", "The ship is "}}};
+  const std::vector<int32_t> continued = Ids("User: Where?\nAssistant: The ship is ");
+  // continue_final_message alone turns the generation prompt off.
+  EXPECT_EQ(Chat({{"messages", prefilled}, {"continue_final_message", true}})
+                .generation.prompt_token_ids,
+            continued);
+  EXPECT_EQ(Chat({{"messages", prefilled},
+                  {"continue_final_message", true},
+                  {"add_generation_prompt", false}})
+                .generation.prompt_token_ids,
+            continued);
+
+  absl::StatusOr<ChatTemplate> thinking = ChatTemplate::FromTokenizerConfig(
+      R"({"chat_template": "{% for m in messages %}[{{ m.content }}]{% endfor %}{% if add_generation_prompt %}A:{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}{% endif %}"})");
+  ASSERT_TRUE(thinking.ok()) << thinking.status();
+  OpenAiApi api(ServedModel{"tiny", kContext, 8, 1700000000}, tokenizer_, *thinking);
+  absl::StatusOr<ApiRequest> r = api.ParseChat(
+      R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"enable_thinking": false}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generation.prompt_token_ids, Ids("[x]A:<think></think>"));
+  r = api.ParseChat(
+      R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"enable_thinking": true}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generation.prompt_token_ids, Ids("[x]A:"));
+  // A final message the template does not write cannot be continued.
+  absl::StatusOr<ChatTemplate> silent =
+      ChatTemplate::FromTokenizerConfig(R"({"chat_template": "{{ messages | length }}"})");
+  ASSERT_TRUE(silent.ok()) << silent.status();
+  OpenAiApi silent_api(ServedModel{"tiny", kContext, 8, 1700000000}, tokenizer_, *silent);
+  r = silent_api.ParseChat(
+      R"({"messages": [{"role": "assistant", "content": "prefilled"}], "continue_final_message": true})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(HttpStatusFor(r.status()), 400);
+  EXPECT_THAT(ErrorBody(r.status()), HasSubstr(R"("param":"messages")"));
+}
+
+TEST_F(OpenAiApiTest, TokenizeText) {
+  absl::StatusOr<ApiReply> reply = api_.TokenizeReply(R"({"model": "tiny", "prompt": "Hi!"})");
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  json body = json::parse(reply->body);
+  EXPECT_EQ(body["tokens"].get<std::vector<int32_t>>(), Ids("Hi!"));
+  EXPECT_EQ(body["count"], 4);
+  EXPECT_EQ(body["max_model_len"], kContext);
+  EXPECT_FALSE(body.contains("token_strs"));
+  // Without special tokens the text alone; the pieces when asked for.
+  reply = api_.TokenizeReply(
+      R"({"prompt": "Hi", "add_special_tokens": false, "return_token_strs": true})");
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  body = json::parse(reply->body);
+  std::vector<int32_t> text_only = {ByteTokenizer::IdOf('H'), ByteTokenizer::IdOf('i')};
+  EXPECT_EQ(body["tokens"].get<std::vector<int32_t>>(), text_only);
+  EXPECT_EQ(body["count"], 2);
+  EXPECT_EQ(body["token_strs"], json({tokenizer_.IdToPiece(text_only[0]),
+                                      tokenizer_.IdToPiece(text_only[1])}));
+  // What /v1/completions generates from.
+  EXPECT_EQ(api_.Tokenize(R"({"prompt": "Once upon"})")->token_ids,
+            Completion({{"prompt", "Once upon"}}).generation.prompt_token_ids);
+}
+
+TEST_F(OpenAiApiTest, TokenizeMessages) {
+  json messages = {{{"role", "system"}, {"content", "Hush."}},
+                   {{"role", "user"}, {"content", "Where?"}}};
+  // vLLM's default for a conversation: no special tokens added.
+  absl::StatusOr<TokenizedPrompt> t = api_.Tokenize(json({{"messages", messages}}).dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<int32_t> expected = Ids("System: Hush.\nUser: Where?\nAssistant:");
+  expected.erase(expected.begin());  // no BOS
+  EXPECT_EQ(t->token_ids, expected);
+  // With them: exactly the chat completion's prompt, template arguments included.
+  for (const json& extra : {json::object(), json({{"add_generation_prompt", false}}),
+                            json({{"continue_final_message", true}})}) {
+    json request = {{"messages", messages}};
+    request.update(extra);
+    ApiRequest chat = Chat(request);
+    request["add_special_tokens"] = true;
+    t = api_.Tokenize(request.dump());
+    ASSERT_TRUE(t.ok()) << request.dump() << ": " << t.status();
+    EXPECT_EQ(t->token_ids, chat.generation.prompt_token_ids) << request.dump();
+  }
+  // A template's BOS text stays text without special tokens, and becomes
+  // the one BOS with them.
+  absl::StatusOr<ChatTemplate> with_bos = ChatTemplate::FromTokenizerConfig(
+      R"({"bos_token": "<s>", "chat_template": "{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor %}"})");
+  ASSERT_TRUE(with_bos.ok()) << with_bos.status();
+  OpenAiApi api(ServedModel{"tiny", kContext, 8, 1700000000}, tokenizer_, *with_bos);
+  const std::string hi = R"({"messages": [{"role": "user", "content": "hi"}])";
+  EXPECT_EQ(api.Tokenize(hi + "}")->token_ids, *tokenizer_.Encode("<s>[hi]", false));
+  EXPECT_EQ(api.Tokenize(hi + R"(, "add_special_tokens": true})")->token_ids,
+            *tokenizer_.Encode("[hi]", true));
+  // The CLI's lines name the text "text".
+  EXPECT_EQ(api_.Tokenize(R"({"text": "Hi"})", "text")->token_ids, Ids("Hi"));
+}
+
+TEST_F(OpenAiApiTest, Detokenize) {
+  std::vector<int32_t> ids = Ids("Hi there");
+  json request = {{"model", "tiny"}, {"tokens", ids}};
+  absl::StatusOr<ApiReply> reply = api_.DetokenizeReply(request.dump());
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(json::parse(reply->body), json({{"prompt", "Hi there"}}));
+  reply = api_.DetokenizeReply(R"({"tokens": []})");
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(json::parse(reply->body), json({{"prompt", ""}}));
+}
+
+struct BadTokenizerRequest {
+  bool detokenize;
+  std::string body;
+  int http_status;
+  std::string param;
+  std::string in_message;
+};
+
+TEST_F(OpenAiApiTest, BadTokenizeAndDetokenizeRequestsNameTheField) {
+  const std::vector<BadTokenizerRequest> cases = {
+      {false, "{", 400, "", "not valid JSON"},
+      {false, "[]", 400, "", "JSON object"},
+      {false, R"({})", 400, "prompt", "'prompt' or 'messages' is required"},
+      {false, R"({"prompt": "x", "messages": []})", 400, "messages", "not both"},
+      {false, R"({"prompt": 5})", 400, "prompt", "a string"},
+      {false, R"({"prompt": [1, 2]})", 400, "prompt", "a string"},
+      {false, R"({"prompt": "x", "add_special_tokens": "no"})", 400, "add_special_tokens",
+       "a boolean"},
+      {false, R"({"prompt": "x", "return_token_strs": 1})", 400, "return_token_strs", "a boolean"},
+      {false, R"({"prompt": "x", "model": "other"})", 404, "model", "other"},
+      {false, R"({"prompt": "x", "add_generation_prompt": true})", 400, "add_generation_prompt",
+       "unknown field"},
+      {false, R"({"prompt": "x", "max_tokens": 3})", 400, "max_tokens", "unknown field"},
+      {false, R"({"messages": []})", 400, "messages", "must not be empty"},
+      {false, R"({"messages": [{"role": "user"}]})", 400, "messages[0].content", "required"},
+      {false, R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true, "add_generation_prompt": true})",
+       400, "continue_final_message", "cannot both be true"},
+      {false, R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": 3})",
+       400, "chat_template_kwargs", "an object"},
+      {true, R"({})", 400, "tokens", "required"},
+      {true, R"({"tokens": "abc"})", 400, "tokens", "an array"},
+      {true, R"({"tokens": [5, 260]})", 400, "tokens[1]", "outside the vocabulary [0, 260)"},
+      {true, R"({"tokens": [-1]})", 400, "tokens[0]", "outside the vocabulary"},
+      {true, R"({"tokens": [5, 1.5]})", 400, "tokens[1]", "a token id (integer)"},
+      {true, R"({"tokens": [5], "skip_special_tokens": true})", 400, "skip_special_tokens",
+       "unknown field"},
+      {true, R"({"tokens": [5], "model": "other"})", 404, "model", "other"},
+  };
+  for (const BadTokenizerRequest& c : cases) {
+    SCOPED_TRACE(c.body);
+    absl::StatusOr<ApiReply> r =
+        c.detokenize ? api_.DetokenizeReply(c.body) : api_.TokenizeReply(c.body);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(HttpStatusFor(r.status()), c.http_status);
+    json error = json::parse(ErrorBody(r.status()));
+    EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr(c.in_message));
+    if (c.param.empty()) {
+      EXPECT_TRUE(error["error"]["param"].is_null());
+    } else {
+      EXPECT_EQ(error["error"]["param"], c.param);
+    }
+  }
+  // Accepted unknown fields are reported instead.
+  api_.set_accept_unknown_fields(true);
+  absl::StatusOr<ApiReply> r = api_.TokenizeReply(R"({"prompt": "x", "max_tokens": 3})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->ignored_fields, ElementsAre("max_tokens"));
+}
+
 struct BadRequest {
   bool chat;
   std::string body;
@@ -372,6 +543,16 @@ TEST_F(OpenAiApiTest, MalformedRequestsNameTheField) {
        "response_format", "not supported"},
       {true, "{" + msgs + R"(, "n": 3})", 400, "n", "not supported"},
       {true, "{" + msgs + R"(, "model": "other"})", 404, "model", "other"},
+      {true, "{" + msgs + R"(, "add_generation_prompt": 1})", 400, "add_generation_prompt",
+       "a boolean"},
+      {true, "{" + msgs + R"(, "continue_final_message": "yes"})", 400,
+       "continue_final_message", "a boolean"},
+      {true, "{" + msgs + R"(, "continue_final_message": true, "add_generation_prompt": true})",
+       400, "continue_final_message", "cannot both be true"},
+      {true, "{" + msgs + R"(, "chat_template_kwargs": [1]})", 400, "chat_template_kwargs",
+       "an object"},
+      {true, "{" + msgs + R"(, "chat_template_kwargs": {"messages": []}})", 400,
+       "chat_template_kwargs.messages", "set by the request itself"},
   };
   ASSERT_GE(cases.size(), 30u);
   for (const BadRequest& c : cases) {

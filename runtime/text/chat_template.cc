@@ -74,6 +74,29 @@ std::optional<std::string> ReadText(const std::string& path) {
   return text.str();
 }
 
+// The rendered text up to the end of the final message's content. Templates
+// may strip the content (Python's str.strip), so it is looked up stripped,
+// at its last occurrence; the content's trailing whitespace is kept when the
+// text has it there, as transformers keeps it.
+absl::StatusOr<std::string> CutAfterFinalMessage(std::string text, const std::string& content) {
+  const std::string stripped = jinja::PythonStrip(content, true, true);
+  const size_t at = text.rfind(stripped);
+  if (at == std::string::npos) {
+    return absl::InvalidArgumentError(
+        "continue_final_message: the final message's content does not appear in the rendered "
+        "chat (the template drops or rewrites it), so there is nothing to continue");
+  }
+  // Equal only when the content has no leading whitespace and the text
+  // holds it whole, trailing whitespace included.
+  const size_t kept = jinja::PythonStrip(content, true, false).size();
+  if (text.compare(at, kept, content) == 0) {
+    text.resize(at + kept);
+  } else {
+    text.resize(at + stripped.size());
+  }
+  return text;
+}
+
 }  // namespace
 
 struct ChatTemplate::Compiled {
@@ -173,6 +196,22 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
 
 absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> messages,
                                                  const ChatRenderOptions& options) const {
+  if (!options.continue_final_message) return RenderConversation(messages, options);
+  if (options.add_generation_prompt) {
+    return absl::InvalidArgumentError(
+        "continue_final_message and add_generation_prompt cannot both be true: the first "
+        "continues the final message, the second opens a new one");
+  }
+  if (messages.empty()) {
+    return absl::InvalidArgumentError("continue_final_message needs a final message");
+  }
+  absl::StatusOr<std::string> text = RenderConversation(messages, options);
+  if (!text.ok()) return text;
+  return CutAfterFinalMessage(*std::move(text), messages.back().content);
+}
+
+absl::StatusOr<std::string> ChatTemplate::RenderConversation(
+    absl::Span<const ChatMessage> messages, const ChatRenderOptions& options) const {
   if (compiled_ == nullptr) return RenderBuiltIn(messages, options.add_generation_prompt);
   // The variables apply_chat_template passes: the messages, tools and
   // documents (none here), add_generation_prompt, the special tokens, then

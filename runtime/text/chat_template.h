@@ -56,6 +56,12 @@ extern const char kPlainJinja[];
 // What apply_chat_template takes besides the messages.
 struct ChatRenderOptions {
   bool add_generation_prompt = true;
+  // Render the conversation so that the model goes on writing the final
+  // message (a prefilled assistant reply): the text is cut right after that
+  // message's content, dropping whatever the template writes to close the
+  // turn, as transformers does (apply_chat_template's
+  // continue_final_message). Excludes add_generation_prompt.
+  bool continue_final_message = false;
   // Extra keyword arguments for the template (e.g. {"enable_thinking":
   // false}); they override the special tokens of the same name.
   nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
@@ -95,7 +101,9 @@ class ChatTemplate {
   // Prompt text for `messages`, with the cue for the assistant's turn.
   // Errors (InvalidArgument): for a built-in format, a role other than
   // system/user/assistant; for a template, what it raises
-  // (raise_exception) or fails on at run time.
+  // (raise_exception) or fails on at run time; with
+  // continue_final_message, add_generation_prompt set too, no messages, or
+  // a final message whose content (stripped) is not in the rendered text.
   absl::StatusOr<std::string> Render(absl::Span<const ChatMessage> messages) const;
   absl::StatusOr<std::string> Render(absl::Span<const ChatMessage> messages,
                                      const ChatRenderOptions& options) const;
@@ -107,6 +115,8 @@ class ChatTemplate {
  private:
   struct Compiled;
 
+  absl::StatusOr<std::string> RenderConversation(absl::Span<const ChatMessage> messages,
+                                                 const ChatRenderOptions& options) const;
   absl::StatusOr<std::string> RenderBuiltIn(absl::Span<const ChatMessage> messages,
                                             bool add_generation_prompt) const;
 

@@ -162,6 +162,62 @@ TEST(ChatTemplateTest, ExtraKeywordArgumentsReachTheTemplate) {
   EXPECT_EQ(*t->Render(messages, options), "");
 }
 
+// A prefilled reply is continued: the text ends right after its content,
+// without the end of turn the template writes after it.
+TEST(ChatTemplateTest, ContinueFinalMessageCutsAfterItsContent) {
+  nlohmann::json config = {
+      {"chat_template",
+       "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+       "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"}};
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfig(config.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  ChatRenderOptions options;
+  options.add_generation_prompt = false;
+  options.continue_final_message = true;
+  std::vector<ChatMessage> messages = {{"user", "Where?"}, {"assistant", "The ship is "}};
+  absl::StatusOr<std::string> text = t->Render(messages, options);
+  ASSERT_TRUE(text.ok()) << text.status();
+  // The template keeps the content whole, so its trailing space stays.
+  EXPECT_EQ(*text, "<|im_start|>user\nWhere?<|im_end|>\n<|im_start|>assistant\nThe ship is ");
+  // The built-in plain format is cut the same way.
+  text = ChatTemplate().Render(messages, options);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "User: Where?\nAssistant: The ship is ");
+}
+
+TEST(ChatTemplateTest, ContinueFinalMessageOfATrimmingTemplateEndsAtTheTrimmedContent) {
+  nlohmann::json config = {
+      {"chat_template",
+       "{% for m in messages %}[{{ m.role }}]{{ m.content | trim }}</t>{% endfor %}"}};
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfig(config.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  ChatRenderOptions options;
+  options.add_generation_prompt = false;
+  options.continue_final_message = true;
+  // The same words earlier in the conversation: the last occurrence counts.
+  std::vector<ChatMessage> messages = {{"user", "one two"}, {"assistant", "  one two\n"}};
+  EXPECT_EQ(*t->Render(messages, options), "[user]one two</t>[assistant]one two");
+}
+
+TEST(ChatTemplateTest, ContinueFinalMessageErrors) {
+  nlohmann::json config = {{"chat_template", "{% for m in messages %}{{ m.role }};{% endfor %}"}};
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfig(config.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  ChatRenderOptions options;
+  options.continue_final_message = true;
+  std::vector<ChatMessage> messages = {{"user", "x"}, {"assistant", "prefilled"}};
+  // With the generation prompt still on.
+  absl::StatusOr<std::string> text = t->Render(messages, options);
+  ASSERT_FALSE(text.ok());
+  EXPECT_THAT(std::string(text.status().message()), HasSubstr("add_generation_prompt"));
+  // A template that does not write the content has nothing to continue.
+  options.add_generation_prompt = false;
+  text = t->Render(messages, options);
+  ASSERT_FALSE(text.ok());
+  EXPECT_THAT(std::string(text.status().message()), HasSubstr("does not appear"));
+  EXPECT_FALSE(t->Render({}, options).ok());
+}
+
 TEST(ChatTemplateTest, UnsupportedTemplateFailsAtLoadWithLineAndConstruct) {
   nlohmann::json config = {{"chat_template", "{% for m in messages %}\n{{ m.content | wordwrap }}\n{% endfor %}"}};
   absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfig(config.dump());

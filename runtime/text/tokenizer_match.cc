@@ -63,9 +63,14 @@ absl::Status CheckSameTokenizer(const Tokenizer& target, const std::string& targ
 absl::Status CheckDraftTokenizer(const std::string& target_dir, const std::string& draft_dir) {
   absl::StatusOr<std::unique_ptr<Tokenizer>> target = LoadTokenizer(target_dir);
   if (!target.ok()) return target.status();
+  return CheckDraftTokenizer(**target, target_dir, draft_dir);
+}
+
+absl::Status CheckDraftTokenizer(const Tokenizer& target, const std::string& target_dir,
+                                 const std::string& draft_dir) {
   absl::StatusOr<std::unique_ptr<Tokenizer>> draft = LoadTokenizer(draft_dir);
   if (!draft.ok()) return draft.status();
-  return CheckSameTokenizer(**target, target_dir, **draft, draft_dir);
+  return CheckSameTokenizer(target, target_dir, **draft, draft_dir);
 }
 
 }  // namespace verdict

@@ -23,6 +23,10 @@ absl::Status CheckSameTokenizer(const Tokenizer& target, const std::string& targ
 
 // Loads the tokenizers of both folders and compares them as above.
 absl::Status CheckDraftTokenizer(const std::string& target_dir, const std::string& draft_dir);
+// The same for a target tokenizer already loaded (from `target_dir`): only
+// the draft's is read.
+absl::Status CheckDraftTokenizer(const Tokenizer& target, const std::string& target_dir,
+                                 const std::string& draft_dir);
 
 }  // namespace verdict
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -96,6 +97,20 @@ TEST(CheckDraftTokenizer, SpecialInOneTokenizerOnlyIsRefused) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("id 6001 (\"[[code]]\") decodes to \"[[code]]\" (target) vs "
                                      "\"\" (draft)"));
+}
+
+// A target tokenizer loaded once (the one the server then serves with) is
+// compared with each draft folder as the folder form compares them.
+TEST(CheckDraftTokenizer, LoadedTargetIsComparedWithTheDraftFolder) {
+  const std::string target = WriteFolder("loaded_t", ReadJson(kTestdata + "/gpt2/tokenizer.json"));
+  absl::StatusOr<std::unique_ptr<Tokenizer>> loaded = LoadTokenizer(target);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::string same = WriteFolder("loaded_same", ReadJson(kTestdata + "/gpt2/tokenizer.json"));
+  EXPECT_TRUE(CheckDraftTokenizer(**loaded, target, same).ok());
+  const std::string other = WriteFolder("loaded_other", ReadJson(kTestdata + "/qwen2/tokenizer.json"));
+  absl::Status s = CheckDraftTokenizer(**loaded, target, other);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s, CheckDraftTokenizer(target, other));
 }
 
 TEST(CheckDraftTokenizer, UnreadableDraftTokenizerNamesItsFolder) {

@@ -1,4 +1,5 @@
-// The bodies of POST /v1/completions and /v1/chat/completions.
+// The bodies of POST /v1/completions, /v1/chat/completions, /tokenize and
+// /detokenize.
 #include <cstddef>
 #include <cstdint>
 #include "absl/strings/string_view.h"
@@ -14,5 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view body(reinterpret_cast<const char*>(data), size);
   api->ParseCompletion(body).IgnoreError();
   api->ParseChat(body).IgnoreError();
+  api->TokenizeReply(body).IgnoreError();
+  api->DetokenizeReply(body).IgnoreError();
   return 0;
 }
