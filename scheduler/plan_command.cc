@@ -16,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/base/json_number.h"
 #include "scheduler/cost_table.h"
+#include "scheduler/draft_planner.h"
 #include "scheduler/verify_planner.h"
 
 ABSL_FLAG(std::string, input, "",
@@ -162,6 +163,23 @@ absl::StatusOr<std::string> PlanCommandJson(const PlanCommandArgs& args) {
     if (!loaded.ok()) return loaded.status();
     table = *std::move(loaded);
   }
+  // First the draft plan, then the verify plan over the drafts it gives, both
+  // from the file's confidences: what the engine does under overlap (with
+  // overlap off it plans the verify from the fresh drafts' confidences).
+  DraftPlannerOptions draft_options;
+  draft_options.gamma = step->gamma;
+  absl::StatusOr<DraftPlanner> draft_planner = DraftPlanner::Create(draft_options, table);
+  if (!draft_planner.ok()) return draft_planner.status();
+  DraftPlannerInput draft_input;
+  draft_input.confidences = step->confidences;
+  draft_input.max_verify_lens = step->max_verify_lens;
+  draft_input.flags = step->flags;
+  draft_input.confidence_ready = step->confidence_ready;
+  DraftPlan draft_plan;
+  if (absl::Status s = draft_planner->Plan(draft_input, &draft_plan); !s.ok()) {
+    return WithPrefix(args.input_path, s);
+  }
+
   PlannerOptions options;
   options.mode = *mode;
   options.gamma = step->gamma;
@@ -170,11 +188,22 @@ absl::StatusOr<std::string> PlanCommandJson(const PlanCommandArgs& args) {
       VerifyPlanner::Create(std::move(options), std::move(table));
   if (!planner.ok()) return planner.status();
   VerifyPlan plan;
-  const PlannerInput input{step->confidences, step->max_verify_lens, step->flags,
-                           step->confidence_ready};
+  PlannerInput input{step->confidences, step->max_verify_lens, step->flags,
+                     step->confidence_ready};
+  input.drafts = draft_plan.passes > 0;
+  input.draft_depths = draft_plan.depths;
+  input.draft_passes = draft_plan.passes;
   if (absl::Status s = planner->Plan(input, &plan); !s.ok()) return WithPrefix(args.input_path, s);
 
+  const auto seconds_or_null = [](double v) { return std::isnan(v) ? json(nullptr) : json(v); };
   json out = json::object();
+  out["draft"] = {{"reason", std::string(DraftReasonName(draft_plan.reason))},
+                  {"depths", draft_plan.depths},
+                  {"passes", draft_plan.passes},
+                  {"drafting_requests", draft_plan.drafting_requests},
+                  {"predicted_step_seconds", seconds_or_null(draft_plan.predicted_step_seconds)},
+                  {"predicted_committed_tokens", draft_plan.predicted_committed_tokens},
+                  {"draft_plan_hash", absl::StrFormat("0x%016x", DraftPlanHash(draft_plan))}};
   out["mode"] = std::string(VerifyModeName(plan.mode));
   out["reason"] = std::string(PlanReasonName(plan.reason));
   out["requests"] = plan.verify_lens.size();
@@ -183,11 +212,7 @@ absl::StatusOr<std::string> PlanCommandJson(const PlanCommandArgs& args) {
   out["verify_lens"] = plan.verify_lens;
   out["verify_tokens"] = plan.verify_tokens;
   out["packed"] = plan.packed;
-  if (std::isnan(plan.predicted_step_seconds)) {
-    out["predicted_step_seconds"] = nullptr;
-  } else {
-    out["predicted_step_seconds"] = plan.predicted_step_seconds;
-  }
+  out["predicted_step_seconds"] = seconds_or_null(plan.predicted_step_seconds);
   out["predicted_committed_tokens"] = plan.predicted_committed_tokens;
   out["plan_hash"] = absl::StrFormat("0x%016x", PlanHash(plan));
   return out.dump(2) + "\n";

@@ -1,6 +1,7 @@
-// `verdict plan`: runs the verify planner once on a step described in JSON and
-// prints the plan, so that an operator can see what the planner does with a
-// cost table (budget, verify lengths, predicted seconds and tokens).
+// `verdict plan`: runs the draft planner and then the verify planner once on
+// a step described in JSON and prints both plans, so that an operator can
+// see what the planners do with a cost table (draft depths and passes,
+// budget, verify lengths, predicted seconds and tokens).
 //
 //   verdict plan --cost-table table.json --input step.json [--mode compact]
 //
@@ -30,9 +31,12 @@ struct PlanCommandArgs {
   std::string mode = "static";
 };
 
-// The plan as JSON text: mode, reason, requests, gamma, budget, verify_lens,
-// verify_tokens, packed, predicted_step_seconds (null without a table),
-// predicted_committed_tokens and plan_hash. Errors name the file and entry.
+// The plans as JSON text: "draft" (reason, depths, passes,
+// drafting_requests, predicted_step_seconds, predicted_committed_tokens,
+// draft_plan_hash), then the verify plan's mode, reason, requests, gamma,
+// budget, verify_lens, verify_tokens, packed, predicted_step_seconds (null
+// without a table), predicted_committed_tokens and plan_hash. Errors name
+// the file and entry.
 absl::StatusOr<std::string> PlanCommandJson(const PlanCommandArgs& args);
 
 // The `plan` entry of the binary's command table: reads the flags, prints

@@ -58,6 +58,50 @@ TEST(PlanCommandTest, PrintsThePlannedBudget) {
   EXPECT_TRUE(plan["plan_hash"].is_string());
 }
 
+// The draft plan comes first: a table without the draft split drafts every
+// request's cap; with one, drafting that cannot pay drafts nothing, and the
+// verify plan is then plain decode, priced at zero passes.
+TEST(PlanCommandTest, PrintsTheDraftPlanBeforeTheVerifyPlan) {
+  PlanCommandArgs args;
+  args.cost_table_path = WriteTemp("staircase.json", kStaircase);
+  args.input_path = WriteTemp("step.json", kStep);
+  args.mode = "compact";
+  json plan = PlanJson(args);
+  EXPECT_EQ(plan["draft"]["reason"], "no-draft-split");
+  EXPECT_EQ(plan["draft"]["depths"], json::array({3, 3}));
+  EXPECT_EQ(plan["draft"]["passes"], 3);
+  EXPECT_EQ(plan["draft"]["drafting_requests"], 2);
+  EXPECT_TRUE(plan["draft"]["draft_plan_hash"].is_string());
+
+  // Two requests: each step costs 1 s plus 1 s per draft pass, 0.1 s a row.
+  args.cost_table_path = WriteTemp("costly_passes.json", R"({"batch_sizes": [2],
+      "verify_tokens": [2, 8], "seconds": [[3.2, 3.8]],
+      "draft_passes": 3, "draft_pass_seconds": [1.0]})");
+  plan = PlanJson(args);
+  EXPECT_EQ(plan["draft"]["reason"], "planned");
+  EXPECT_EQ(plan["draft"]["depths"], json::array({0, 0}));
+  EXPECT_EQ(plan["draft"]["passes"], 0);
+  EXPECT_EQ(plan["reason"], "no-drafts");
+  EXPECT_EQ(plan["verify_lens"], json::array({1, 1}));
+  EXPECT_EQ(plan["verify_tokens"], 2);
+  EXPECT_NEAR(plan["predicted_step_seconds"].get<double>(), 3.2 - 3 * 1.0, 1e-12);
+  EXPECT_EQ(plan["draft"]["predicted_step_seconds"], plan["predicted_step_seconds"]);
+
+  // Cheap passes: the first request (confidences 0.9) drafts its three, the
+  // second's first draft still pays, its later ones do not.
+  args.cost_table_path = WriteTemp("cheap_passes.json", R"({"batch_sizes": [2],
+      "verify_tokens": [2, 8], "seconds": [[1.2, 1.8]],
+      "draft_passes": 3, "draft_pass_seconds": [0.001]})");
+  plan = PlanJson(args);
+  EXPECT_EQ(plan["draft"]["reason"], "planned");
+  EXPECT_EQ(plan["draft"]["passes"], 3);
+  EXPECT_EQ(plan["draft"]["depths"][0], 3);
+  EXPECT_LT(plan["draft"]["depths"][1].get<int>(), 3);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_LE(plan["verify_lens"][i].get<int>(), plan["draft"]["depths"][i].get<int>() + 1);
+  }
+}
+
 TEST(PlanCommandTest, StaticModeAndNoTable) {
   PlanCommandArgs args;
   args.input_path = WriteTemp("step.json", kStep);

@@ -1,8 +1,10 @@
 // The draft plan in the running engine (scheduler/draft_planner.h): with a
 // cost table whose draft split makes drafting a loss, the engine decodes
 // like speculation off once the estimator is ready (no draft pass, one row
-// per request), and with one that makes drafting cheap it drafts; in every
-// verify mode, overlap on and off, the greedy output is the target's own.
+// per request); with one that makes drafting cheap it drafts in full; in
+// between, requests draft to different depths. In every verify mode,
+// overlap on and off, the greedy output is the target's own. Built for the
+// CPU backend, and with VERDICT_TEST_CUDA for the CUDA one (a GPU test).
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -41,6 +43,9 @@ std::string WriteTable(const std::string& name, double fixed, double row, double
 std::unique_ptr<Engine> MakeEngine(Communicator* comm, EngineOptions options, bool speculation) {
   options.speculation = speculation;
   options.cpu_threads = 2;
+#ifdef VERDICT_TEST_CUDA
+  options.backend = ModelBackend::kCuda;
+#endif
   options.kv_cache_tokens = 16384;
   std::optional<ModelSource> draft;
   if (speculation) draft = ModelSource{"models/draft"};
@@ -150,6 +155,20 @@ TEST_P(DraftPlanEngineTest, CheapDraftsKeepDraftingWithTheTargetsTokens) {
   EXPECT_GT(drafting, 0.9 * static_cast<double>(run.steps.size()));
   EXPECT_GT(run.stats.accepted, 0);
   EXPECT_LT(run.stats.steps, kMaxTokens / 2);
+}
+
+// Draft passes a fifth of a step's fixed cost, rows a fiftieth: a draft
+// pays where its chance of acceptance is high enough, so requests draft to
+// different depths and steps run fewer passes than gamma.
+TEST_P(DraftPlanEngineTest, PayingDraftsGivePartialDepthsWithTheTargetsTokens) {
+  const Run run = Serve(WriteTable("paying_drafts", 1e-2, 2e-4, 2e-3));
+  int shallow_steps = 0;
+  for (const StepTiming& t : run.steps) {
+    if (t.draft_passes > 0 && t.draft_passes < 5) ++shallow_steps;
+  }
+  EXPECT_GT(shallow_steps, 0);
+  EXPECT_LT(run.stats.drafted, 5 * run.stats.spec_steps) << "every request drafted in full";
+  EXPECT_GT(run.stats.accepted, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, DraftPlanEngineTest,
