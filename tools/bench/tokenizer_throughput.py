@@ -4,14 +4,16 @@ Face `tokenizers` library, on one core, on the same lines, in one run.
     bazel build //runtime/text:hf_tokenizer_benchmark
     /opt/verdict/python/bin/python3 tools/bench/tokenizer_throughput.py \\
         [--repeats 5] [--core 0] [--lines runtime/text/testdata/parity_lines.jsonl] \\
-        [FIXTURE ...]
+        [FIXTURE | PATH/tokenizer.json ...]
 
 Each side encodes every line without special tokens, `--repeats` times; the
 first repeat starts with empty word caches on both sides. Both processes are
 pinned to one core (taskset), and the library runs with RAYON_NUM_THREADS=1
 so that encode_batch stays on it. The library is timed two ways: one
 encode() call per line (Python's call overhead included) and encode_batch
-over all lines. The token counts of both sides must agree.
+over all lines. The token counts of both sides must agree. A FIXTURE is a
+folder name under runtime/text/testdata; an argument ending in .json is a
+tokenizer.json anywhere (a checkpoint's, for a production vocabulary).
 """
 
 import argparse
@@ -65,7 +67,8 @@ def main():
         "| library encode_batch MB/s first / median | verdict / batch (median) |")
   print("|---|---:|---:|---:|---:|---:|")
   for name in args.fixtures:
-    path = os.path.join("runtime/text/testdata", name, "tokenizer.json")
+    path = name if name.endswith(".json") else os.path.join("runtime/text/testdata", name,
+                                                            "tokenizer.json")
     proc = subprocess.run(["taskset", "-c", str(args.core), args.binary, path, args.lines,
                            str(args.repeats)], capture_output=True, text=True, check=True)
     ours = json.loads(proc.stdout)
