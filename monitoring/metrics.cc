@@ -157,8 +157,8 @@ ServingMetrics::ServingMetrics(std::shared_ptr<prometheus::Registry> registry)
                                     "Target rows one decode step verifies", VerifyTokenBuckets())),
       budget_ratio_(Histogram(
           *registry_, "verdict_planned_budget_ratio",
-          "Drafts the plan verifies as a share of the full block (speculative requests x "
-          "gamma)",
+          "Drafts the plan verifies as a share of the drafts the step proposed (each "
+          "request's draft depth)",
           RatioBuckets())),
       verify_mode_family_(GaugeFamily(*registry_, "verdict_verify_mode_info",
                                       "The verify mode (--verify-mode), as a label; value 1")),

@@ -39,12 +39,13 @@ ABSL_FLAG(std::string, overlap, "off",
 ABSL_FLAG(int, max_running_requests, 64, "requests decoded together at most");
 ABSL_FLAG(int, max_waiting_requests, 1024, "requests queued beyond the running ones at most");
 ABSL_FLAG(int, speculation_max_batch, 0,
-          "steps of more running requests than this draft nothing (each request decodes one "
-          "token, as with --speculation off); 0: no limit");
+          "an override of the draft planner: steps of more running requests than this draft "
+          "nothing (each request decodes one token, as with --speculation off); 0: no limit");
 ABSL_FLAG(int64_t, max_model_len, 0, "context length; 0: the target's max_position_embeddings");
 ABSL_FLAG(int64_t, kv_cache_tokens, 65536, "KV cache positions per model");
 ABSL_FLAG(std::string, cost_table, "",
-          "cost table JSON (verdict profile); without one every draft is verified");
+          "cost table JSON (verdict profile); without one every draft is verified, and "
+          "without its draft split every request drafts --num-draft-tokens each step");
 ABSL_FLAG(uint64_t, seed, 0, "seeds the requests that bring no seed of their own");
 ABSL_FLAG(int, plan_check_interval, 64,
           "steps between comparisons of the ranks' plans (1: every step)");
