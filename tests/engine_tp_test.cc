@@ -74,20 +74,9 @@ int World() { return g_control->world_size(); }
 const auto& kPrompts = kBundledPrompts;
 constexpr int kNumPrompts = static_cast<int>(std::size(kPrompts));
 
-std::string VerifyModeTestName(VerifyMode mode) {
-  std::string name(VerifyModeName(mode));
-  name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
-  return name;
-}
-
-// A verify mode with overlap scheduling off or on; tests/BUILD selects
-// them by name ("compact", "compact_overlap").
-using ModeAndOverlap = std::tuple<VerifyMode, bool>;
-
-std::string ModeAndOverlapTestName(const ::testing::TestParamInfo<ModeAndOverlap>& info) {
-  return VerifyModeTestName(std::get<0>(info.param)) +
-         (std::get<1>(info.param) ? "_overlap" : "");
-}
+// Tests with a verify mode and overlap scheduling off or on
+// (ModeAndOverlap, engine_test_util.h): tests/BUILD selects them by name
+// ("compact", "compact_overlap").
 
 // The cores are shared by every rank of the job (CI has 2).
 int ThreadsPerRank(int ranks) {
@@ -683,9 +672,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          VerifyMode::kCompact),
                        ::testing::Bool(), ::testing::Bool()),
     [](const auto& info) {
-      std::string name(VerifyModeName(std::get<0>(info.param)));
-      name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
-      return name + (std::get<1>(info.param) ? "_overlap" : "") +
+      return VerifyModeTestName(std::get<0>(info.param)) +
+             (std::get<1>(info.param) ? "_overlap" : "") +
              (std::get<2>(info.param) ? "_costly" : "_paying");
     });
 

@@ -176,11 +176,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, DraftPlanEngineTest,
                                                               VerifyMode::kCapAccept,
                                                               VerifyMode::kCompact),
                                             ::testing::Bool()),
-                         [](const auto& info) {
-                           std::string name(VerifyModeName(std::get<0>(info.param)));
-                           name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
-                           return name + (std::get<1>(info.param) ? "_overlap" : "");
-                         });
+                         ModeAndOverlapTestName);
 
 }  // namespace
 }  // namespace verdict

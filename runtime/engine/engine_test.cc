@@ -112,11 +112,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, GreedyEquivalenceTest,
                                                               VerifyMode::kCapAccept,
                                                               VerifyMode::kCompact),
                                             ::testing::Bool()),
-                         [](const auto& info) {
-                           std::string name(VerifyModeName(std::get<0>(info.param)));
-                           name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
-                           return name + (std::get<1>(info.param) ? "_overlap" : "");
-                         });
+                         ModeAndOverlapTestName);
 
 // --speculation-max-batch: steps of more requests draft nothing; once the
 // batch shrinks to the limit the draft catches up on the tokens it missed

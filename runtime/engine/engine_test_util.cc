@@ -1,5 +1,7 @@
 #include "runtime/engine/engine_test_util.h"
 
+#include <algorithm>
+
 namespace verdict {
 
 absl::Status OutputCollector::Submit(Engine& engine, GenerationRequest request) {
@@ -118,6 +120,17 @@ GenerationRequest TextRequest(const Engine& engine, const std::string& id,
   r.params.temperature = temperature;
   r.params.seed = seed;
   return r;
+}
+
+std::string VerifyModeTestName(VerifyMode mode) {
+  std::string name(VerifyModeName(mode));
+  name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
+  return name;
+}
+
+std::string ModeAndOverlapTestName(const ::testing::TestParamInfo<ModeAndOverlap>& info) {
+  return VerifyModeTestName(std::get<0>(info.param)) +
+         (std::get<1>(info.param) ? "_overlap" : "");
 }
 
 }  // namespace verdict

@@ -8,9 +8,11 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "gtest/gtest.h"
 #include "runtime/engine/engine.h"
 
 namespace verdict {
@@ -101,6 +103,13 @@ inline constexpr const char* kBundledPrompts[] = {
 GenerationRequest TextRequest(const Engine& engine, const std::string& id,
                               const std::string& prompt, int max_tokens, float temperature,
                               uint64_t seed);
+
+// Test names of parameterised tests: a verify mode without its dash
+// ("capaccept"), with "_overlap" when overlap scheduling is on (BUILD files
+// select the tests by these names).
+std::string VerifyModeTestName(VerifyMode mode);
+using ModeAndOverlap = std::tuple<VerifyMode, bool>;
+std::string ModeAndOverlapTestName(const ::testing::TestParamInfo<ModeAndOverlap>& info);
 
 }  // namespace verdict
 
