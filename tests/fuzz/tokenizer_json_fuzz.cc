@@ -31,7 +31,7 @@ constexpr absl::string_view kTexts[] = {
     "Hello world",
     "  two  spaces\n\nnew lines\tand a tab ",
     "it's 1234567 they'll",
-    "\xc3\xbcn\xc3\xafc\xc3\xb6""d\xc3\xa9 \xe6\x95\xb0\xe5\xad\x97 \xf0\x9f\x99\x82",
+    "\xc3\xbc" "n" "\xc3\xaf" "c" "\xc3\xb6" "d" "\xc3\xa9 \xe6\x95\xb0\xe5\xad\x97 \xf0\x9f\x99\x82",  // ünïcödé 数字 🙂
     "<s>hi</s><|endoftext|><|im_start|>user<|im_end|> verdict <mask> [[code]]",
     "",
 };
