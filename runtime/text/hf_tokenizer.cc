@@ -92,8 +92,10 @@ absl::Status ParsePostProcessor(const json& spec, std::vector<int32_t>* prefix,
         return absl::InvalidArgumentError(
             "post_processor TemplateProcessing: an item is neither Sequence nor SpecialToken");
       }
-      absl::StatusOr<std::vector<int32_t>> ids =
-          TemplateIds(spec["special_tokens"], item["SpecialToken"]["id"].get<std::string>());
+      // value() rather than operator[]: on a const object, operator[] of a
+      // missing key is undefined (an assertion in debug builds).
+      absl::StatusOr<std::vector<int32_t>> ids = TemplateIds(
+          spec.value("special_tokens", json()), item["SpecialToken"]["id"].get<std::string>());
       if (!ids.ok()) return ids.status();
       std::vector<int32_t>* side = seen_sequence ? suffix : prefix;
       side->insert(side->end(), ids->begin(), ids->end());

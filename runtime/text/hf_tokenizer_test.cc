@@ -173,6 +173,17 @@ TEST(HfTokenizerTest, InconsistentFilesAreErrors) {
   EXPECT_FALSE(HfTokenizer::Load("/nonexistent/tokenizer.json").ok());
 }
 
+// A template that names a special token must come with the token's ids.
+TEST(HfTokenizerTest, TemplateWithoutSpecialTokensIsAnError) {
+  json spec = json::parse(ReadFixture("metaspace"));
+  ASSERT_TRUE(spec["post_processor"].contains("special_tokens"));
+  spec["post_processor"].erase("special_tokens");
+  absl::StatusOr<std::unique_ptr<HfTokenizer>> t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()),
+              HasSubstr("special token \"<s>\" has no ids"));
+}
+
 TEST(HfTokenizerTest, ConcurrentEncodesAgree) {
   std::unique_ptr<HfTokenizer> t = Fixture("llama3");
   ASSERT_NE(t, nullptr);
