@@ -195,16 +195,19 @@ absl::Status HfTokenizer::Init(absl::string_view json_text, absl::string_view co
   }
   raw_tokens_ = std::make_unique<hf::AddedTokenMatcher>(std::move(raw));
   normalized_tokens_ = std::make_unique<hf::AddedTokenMatcher>(std::move(normalized));
-  for (int32_t id : template_prefix_) {
-    if (id < 0 || id >= vocab_size_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("post_processor: id ", id, " is outside the vocabulary"));
-    }
-  }
-  for (int32_t id : template_suffix_) {
-    if (id < 0 || id >= vocab_size_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("post_processor: id ", id, " is outside the vocabulary"));
+  // The template's ids must be tokens, not merely in range: the ids may
+  // have gaps, and an id without a token would be encoded into every
+  // prompt and then fail to decode.
+  for (const std::vector<int32_t>* side : {&template_prefix_, &template_suffix_}) {
+    for (int32_t id : *side) {
+      if (id < 0 || id >= vocab_size_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("post_processor: id ", id, " is outside the vocabulary"));
+      }
+      if (TokenOf(id) == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("post_processor: id ", id, " names no token"));
+      }
     }
   }
 

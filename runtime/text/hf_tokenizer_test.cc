@@ -184,6 +184,21 @@ TEST(HfTokenizerTest, TemplateWithoutSpecialTokensIsAnError) {
               HasSubstr("special token \"<s>\" has no ids"));
 }
 
+// Ids may have gaps; a template id in a gap would be encoded and never
+// decode.
+TEST(HfTokenizerTest, TemplateIdWithoutATokenIsAnError) {
+  const json spec = {
+      {"added_tokens", json::array({{{"id", 3}, {"content", "<x>"}, {"special", true}}})},
+      {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"c", 2}}}, {"merges", json::array()}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", json::array({{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}})},
+        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}}};
+  absl::StatusOr<std::unique_ptr<HfTokenizer>> t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("post_processor: id 1 names no token"));
+}
+
 TEST(HfTokenizerTest, ConcurrentEncodesAgree) {
   std::unique_ptr<HfTokenizer> t = Fixture("llama3");
   ASSERT_NE(t, nullptr);
