@@ -181,8 +181,17 @@ absl::Status HfTokenizer::Init(absl::string_view json_text, absl::string_view co
   if (!post.ok()) return post;
 
   vocab_size_ = model_->id_limit();
+  // Added tokens follow the model's ids densely, as the model's own ids are
+  // bounded (BpeModel::Parse): an id far beyond would make the vocabulary,
+  // and what is sized by it, as large as the file says.
+  const int64_t id_bound = static_cast<int64_t>(model_->id_limit()) + static_cast<int64_t>(added->size());
   std::vector<hf::AddedToken> raw, normalized;
   for (const hf::AddedToken& t : *added) {
+    if (t.id >= id_bound) {
+      return absl::InvalidArgumentError(absl::StrCat("added token \"", t.content, "\" has id ", t.id,
+                                                     ", beyond the model's ", model_->id_limit(),
+                                                     " ids and the ", added->size(), " added tokens"));
+    }
     const std::string* model_token = model_->IdToToken(t.id);
     if (model_token != nullptr && *model_token != t.content) {
       return absl::InvalidArgumentError(absl::StrCat("added token \"", t.content, "\" has id ", t.id,

@@ -199,6 +199,19 @@ TEST(HfTokenizerTest, TemplateIdWithoutATokenIsAnError) {
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("post_processor: id 1 names no token"));
 }
 
+// An added token's id bounds the vocabulary's size; one far past the
+// model's ids would size every per-id table by it.
+TEST(HfTokenizerTest, AddedTokenIdFarBeyondTheModelIsAnError) {
+  json spec = {{"added_tokens", json::array({{{"id", 2000000000}, {"content", "<x>"}}})},
+               {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}}};
+  absl::StatusOr<std::unique_ptr<HfTokenizer>> t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()),
+              HasSubstr("added token \"<x>\" has id 2000000000, beyond the model's 1 ids"));
+  spec["added_tokens"][0]["id"] = 1;  // right after the model's ids
+  EXPECT_TRUE(HfTokenizer::FromJson(spec.dump(), "f.json").ok());
+}
+
 TEST(HfTokenizerTest, ConcurrentEncodesAgree) {
   std::unique_ptr<HfTokenizer> t = Fixture("llama3");
   ASSERT_NE(t, nullptr);
