@@ -1,6 +1,7 @@
 #include "runtime/text/hf_tokenizer.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <filesystem>
@@ -25,6 +26,16 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return text.str();
 }
 
+// A post-processor's integer id, clamped to int32 rather than wrapped: a
+// clamped id is outside every vocabulary, so the range check after parsing
+// refuses it, where a wrapped one (2^32 + 1 read as 1) would pass.
+int32_t ClampedId(const json& id) {
+  const int64_t wide = id.is_number_unsigned() && id.get<uint64_t>() > INT64_MAX
+                           ? INT64_MAX
+                           : id.get<int64_t>();
+  return static_cast<int32_t>(std::clamp<int64_t>(wide, INT32_MIN, INT32_MAX));
+}
+
 // The special tokens that a template's "SpecialToken" items name.
 absl::StatusOr<std::vector<int32_t>> TemplateIds(const json& special_tokens,
                                                  const std::string& name) {
@@ -39,7 +50,7 @@ absl::StatusOr<std::vector<int32_t>> TemplateIds(const json& special_tokens,
       return absl::InvalidArgumentError(absl::StrCat(
           "post_processor TemplateProcessing: special token \"", name, "\" has a non-integer id"));
     }
-    ids.push_back(id.get<int32_t>());
+    ids.push_back(ClampedId(id));
   }
   return ids;
 }
@@ -69,8 +80,8 @@ absl::Status ParsePostProcessor(const json& spec, std::vector<int32_t>* prefix,
             absl::StrCat("post_processor ", *type, ": \"", field, "\" is not [token, id]"));
       }
     }
-    prefix->push_back(spec["cls"][1].get<int32_t>());
-    suffix->push_back(spec["sep"][1].get<int32_t>());
+    prefix->push_back(ClampedId(spec["cls"][1]));
+    suffix->push_back(ClampedId(spec["sep"][1]));
     return absl::OkStatus();
   }
   if (*type == "TemplateProcessing") {

@@ -212,6 +212,21 @@ TEST(HfTokenizerTest, AddedTokenIdFarBeyondTheModelIsAnError) {
   EXPECT_TRUE(HfTokenizer::FromJson(spec.dump(), "f.json").ok());
 }
 
+// 2^32 + 1 must not be read as id 1 (a real token).
+TEST(HfTokenizerTest, PostProcessorIdsBeyondInt32AreErrors) {
+  json spec = json::parse(ReadFixture("metaspace"));
+  spec["post_processor"]["special_tokens"]["<s>"]["ids"] = {4294967297LL};
+  absl::StatusOr<std::unique_ptr<HfTokenizer>> t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("id 2147483647 is outside"));
+  spec["post_processor"] = {{"type", "BertProcessing"},
+                            {"cls", {"<s>", 18446744073709551615ULL}},
+                            {"sep", {"</s>", 2}}};
+  t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("is outside the vocabulary"));
+}
+
 TEST(HfTokenizerTest, ConcurrentEncodesAgree) {
   std::unique_ptr<HfTokenizer> t = Fixture("llama3");
   ASSERT_NE(t, nullptr);
