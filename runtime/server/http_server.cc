@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "civetweb.h"
+#include "runtime/server/request_headers.h"
 
 namespace verdict {
 namespace {
@@ -41,17 +42,6 @@ constexpr absl::string_view kModelsPath = "/v1/models";
 // vLLM's paths, outside /v1.
 constexpr absl::string_view kTokenizePath = "/tokenize";
 constexpr absl::string_view kDetokenizePath = "/detokenize";
-
-// Compares in time that depends on the expected key's length only, so the
-// answer's timing does not reveal how much of a guess was right.
-bool ConstantTimeEquals(absl::string_view given, absl::string_view expected) {
-  volatile unsigned char diff = given.size() != expected.size();
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
-    diff = diff | (g ^ static_cast<unsigned char>(expected[i]));
-  }
-  return diff == 0;
-}
 
 void SendResponse(mg_connection* conn, int status, absl::string_view content_type,
                   absl::string_view body, absl::string_view extra_headers = "") {
@@ -340,6 +330,19 @@ int HttpServer::Route(mg_connection* conn) {
     return SendJson(conn, 404, ErrorBody(404, absl::StrCat("no such endpoint: ", path)));
   };
 
+  // Before anything reads the body: an ambiguous one is refused whatever
+  // the endpoint, and the connection is closed, since where the next
+  // request would start is unknown.
+  std::vector<HeaderField> headers;
+  headers.reserve(static_cast<size_t>(std::max(info->num_headers, 0)));
+  for (int i = 0; i < info->num_headers; ++i) {
+    headers.push_back({info->http_headers[i].name, info->http_headers[i].value});
+  }
+  if (absl::Status framing = CheckBodyFraming(headers); !framing.ok()) {
+    mg_disable_keep_alive(conn);
+    return SendJson(conn, 400, ErrorBody(400, framing.message()), "Connection: close\r\n");
+  }
+
   if (path == "/health") {
     if (!get) return method_not_allowed("GET");
     if (options_.alive && !options_.alive()) {
@@ -391,15 +394,7 @@ int HttpServer::Route(mg_connection* conn) {
 bool HttpServer::Authorized(mg_connection* conn) const {
   if (options_.api_key.empty()) return true;
   const char* header = mg_get_header(conn, "Authorization");
-  if (header == nullptr) return false;
-  absl::string_view value = absl::StripAsciiWhitespace(header);
-  constexpr absl::string_view kScheme = "bearer ";
-  if (value.size() < kScheme.size() ||
-      !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
-    return false;
-  }
-  return ConstantTimeEquals(absl::StripLeadingAsciiWhitespace(value.substr(kScheme.size())),
-                            options_.api_key);
+  return header != nullptr && BearerKeyMatches(header, options_.api_key);
 }
 
 int HttpServer::SendError(mg_connection* conn, const absl::Status& status) {

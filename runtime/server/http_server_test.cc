@@ -530,6 +530,28 @@ TEST_F(HttpServerTest, ABodyCutShortIsAnsweredAtOnce) {
   EXPECT_TRUE(Healthy());
 }
 
+// Two lengths for one body: civetweb would take the first Content-Length
+// (or chunked over Content-Length), a proxy in front may take the other.
+TEST_F(HttpServerTest, AnAmbiguousBodyLengthIsRefusedAndTheConnectionClosed) {
+  StartServer(service_);
+  const std::string body = R"({"prompt": "x"})";
+  for (const std::string& framing :
+       {absl::StrCat("Content-Length: 2\r\nContent-Length: ", body.size(), "\r\n"),
+        absl::StrCat("Content-Length: ", body.size(), "\r\nTransfer-Encoding: chunked\r\n"),
+        std::string("Transfer-Encoding: gzip, chunked\r\n")}) {
+    HttpConnection c(port_);
+    ASSERT_TRUE(c.connected());
+    ASSERT_TRUE(c.Send(absl::StrCat("POST /tokenize HTTP/1.1\r\nHost: x\r\n", framing, "\r\n",
+                                    body, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")));
+    HttpResponse r = c.ReadResponse();
+    EXPECT_EQ(r.status, 400) << framing;
+    EXPECT_EQ(r.headers["connection"], "close") << framing;
+    // What followed is not taken for a second request.
+    EXPECT_EQ(c.ReadResponse().status, 0) << framing;
+  }
+  EXPECT_TRUE(Healthy());
+}
+
 TEST_F(HttpServerTest, TokenizeAndDetokenize) {
   StartServer(service_);
   HttpResponse r = Fetch(port_, "POST", "/tokenize", R"({"model": "tiny", "prompt": "Hi"})");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -92,8 +93,13 @@ absl::StatusOr<std::vector<AddedToken>> ParseAddedTokens(const json& spec) {
         !t.contains("content") || !t["content"].is_string()) {
       return absl::InvalidArgumentError("added_tokens: an entry lacks an integer id or a content");
     }
+    // Read wide and checked, since a plain int32 read would wrap 2^32 to 0.
+    const int64_t id = t["id"].get<int64_t>();
+    if (id > std::numeric_limits<int32_t>::max() - 1) {
+      return absl::InvalidArgumentError(absl::StrCat("added_tokens: id ", id, " is too large"));
+    }
     AddedToken token;
-    token.id = t["id"].get<int32_t>();
+    token.id = static_cast<int32_t>(id);
     token.content = t["content"].get<std::string>();
     const auto flag = [&](const char* name, bool fallback) {
       return t.contains(name) && t[name].is_boolean() ? t[name].get<bool>() : fallback;

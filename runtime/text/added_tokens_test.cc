@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -72,6 +73,17 @@ TEST(AddedTokensTest, ParseRejectsDuplicates) {
   t = ParseAddedTokens(json::parse(R"([{"id": 1, "content": "a"}, {"id": 2, "content": "a"}])"));
   ASSERT_FALSE(t.ok());
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("\"a\" is listed twice"));
+}
+
+// Ids that do not fit are refused rather than wrapped (2^32 would become 0),
+// and the largest int32 is refused too: the vocabulary's size is one more.
+TEST(AddedTokensTest, ParseRejectsIdsBeyondInt32) {
+  for (const char* id : {"4294967296", "2147483647", "18446744073709551615"}) {
+    absl::StatusOr<std::vector<AddedToken>> t = ParseAddedTokens(
+        json::parse(absl::StrCat(R"([{"id": )", id, R"(, "content": "<a>"}])")));
+    EXPECT_FALSE(t.ok()) << id;
+  }
+  EXPECT_TRUE(ParseAddedTokens(json::parse(R"([{"id": 2147483646, "content": "<a>"}])")).ok());
 }
 
 }  // namespace

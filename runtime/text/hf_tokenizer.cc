@@ -1,6 +1,7 @@
 #include "runtime/text/hf_tokenizer.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <filesystem>
@@ -25,6 +26,16 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return text.str();
 }
 
+// A post-processor's integer id, clamped to int32 rather than wrapped: a
+// clamped id is outside every vocabulary, so the range check after parsing
+// refuses it, where a wrapped one (2^32 + 1 read as 1) would pass.
+int32_t ClampedId(const json& id) {
+  const int64_t wide = id.is_number_unsigned() && id.get<uint64_t>() > INT64_MAX
+                           ? INT64_MAX
+                           : id.get<int64_t>();
+  return static_cast<int32_t>(std::clamp<int64_t>(wide, INT32_MIN, INT32_MAX));
+}
+
 // The special tokens that a template's "SpecialToken" items name.
 absl::StatusOr<std::vector<int32_t>> TemplateIds(const json& special_tokens,
                                                  const std::string& name) {
@@ -39,7 +50,7 @@ absl::StatusOr<std::vector<int32_t>> TemplateIds(const json& special_tokens,
       return absl::InvalidArgumentError(absl::StrCat(
           "post_processor TemplateProcessing: special token \"", name, "\" has a non-integer id"));
     }
-    ids.push_back(id.get<int32_t>());
+    ids.push_back(ClampedId(id));
   }
   return ids;
 }
@@ -69,8 +80,8 @@ absl::Status ParsePostProcessor(const json& spec, std::vector<int32_t>* prefix,
             absl::StrCat("post_processor ", *type, ": \"", field, "\" is not [token, id]"));
       }
     }
-    prefix->push_back(spec["cls"][1].get<int32_t>());
-    suffix->push_back(spec["sep"][1].get<int32_t>());
+    prefix->push_back(ClampedId(spec["cls"][1]));
+    suffix->push_back(ClampedId(spec["sep"][1]));
     return absl::OkStatus();
   }
   if (*type == "TemplateProcessing") {
@@ -92,8 +103,10 @@ absl::Status ParsePostProcessor(const json& spec, std::vector<int32_t>* prefix,
         return absl::InvalidArgumentError(
             "post_processor TemplateProcessing: an item is neither Sequence nor SpecialToken");
       }
-      absl::StatusOr<std::vector<int32_t>> ids =
-          TemplateIds(spec["special_tokens"], item["SpecialToken"]["id"].get<std::string>());
+      // value() rather than operator[]: on a const object, operator[] of a
+      // missing key is undefined (an assertion in debug builds).
+      absl::StatusOr<std::vector<int32_t>> ids = TemplateIds(
+          spec.value("special_tokens", json()), item["SpecialToken"]["id"].get<std::string>());
       if (!ids.ok()) return ids.status();
       std::vector<int32_t>* side = seen_sequence ? suffix : prefix;
       side->insert(side->end(), ids->begin(), ids->end());
@@ -179,8 +192,17 @@ absl::Status HfTokenizer::Init(absl::string_view json_text, absl::string_view co
   if (!post.ok()) return post;
 
   vocab_size_ = model_->id_limit();
+  // Added tokens follow the model's ids densely, as the model's own ids are
+  // bounded (BpeModel::Parse): an id far beyond would make the vocabulary,
+  // and what is sized by it, as large as the file says.
+  const int64_t id_bound = static_cast<int64_t>(model_->id_limit()) + static_cast<int64_t>(added->size());
   std::vector<hf::AddedToken> raw, normalized;
   for (const hf::AddedToken& t : *added) {
+    if (t.id >= id_bound) {
+      return absl::InvalidArgumentError(absl::StrCat("added token \"", t.content, "\" has id ", t.id,
+                                                     ", beyond the model's ", model_->id_limit(),
+                                                     " ids and the ", added->size(), " added tokens"));
+    }
     const std::string* model_token = model_->IdToToken(t.id);
     if (model_token != nullptr && *model_token != t.content) {
       return absl::InvalidArgumentError(absl::StrCat("added token \"", t.content, "\" has id ", t.id,
@@ -193,16 +215,19 @@ absl::Status HfTokenizer::Init(absl::string_view json_text, absl::string_view co
   }
   raw_tokens_ = std::make_unique<hf::AddedTokenMatcher>(std::move(raw));
   normalized_tokens_ = std::make_unique<hf::AddedTokenMatcher>(std::move(normalized));
-  for (int32_t id : template_prefix_) {
-    if (id < 0 || id >= vocab_size_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("post_processor: id ", id, " is outside the vocabulary"));
-    }
-  }
-  for (int32_t id : template_suffix_) {
-    if (id < 0 || id >= vocab_size_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("post_processor: id ", id, " is outside the vocabulary"));
+  // The template's ids must be tokens, not merely in range: the ids may
+  // have gaps, and an id without a token would be encoded into every
+  // prompt and then fail to decode.
+  for (const std::vector<int32_t>* side : {&template_prefix_, &template_suffix_}) {
+    for (int32_t id : *side) {
+      if (id < 0 || id >= vocab_size_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("post_processor: id ", id, " is outside the vocabulary"));
+      }
+      if (TokenOf(id) == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("post_processor: id ", id, " names no token"));
+      }
     }
   }
 

@@ -173,6 +173,60 @@ TEST(HfTokenizerTest, InconsistentFilesAreErrors) {
   EXPECT_FALSE(HfTokenizer::Load("/nonexistent/tokenizer.json").ok());
 }
 
+// A template that names a special token must come with the token's ids.
+TEST(HfTokenizerTest, TemplateWithoutSpecialTokensIsAnError) {
+  json spec = json::parse(ReadFixture("metaspace"));
+  ASSERT_TRUE(spec["post_processor"].contains("special_tokens"));
+  spec["post_processor"].erase("special_tokens");
+  absl::StatusOr<std::unique_ptr<HfTokenizer>> t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()),
+              HasSubstr("special token \"<s>\" has no ids"));
+}
+
+// Ids may have gaps; a template id in a gap would be encoded and never
+// decode.
+TEST(HfTokenizerTest, TemplateIdWithoutATokenIsAnError) {
+  const json spec = {
+      {"added_tokens", json::array({{{"id", 3}, {"content", "<x>"}, {"special", true}}})},
+      {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"c", 2}}}, {"merges", json::array()}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", json::array({{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}})},
+        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}}};
+  absl::StatusOr<std::unique_ptr<HfTokenizer>> t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("post_processor: id 1 names no token"));
+}
+
+// An added token's id bounds the vocabulary's size; one far past the
+// model's ids would size every per-id table by it.
+TEST(HfTokenizerTest, AddedTokenIdFarBeyondTheModelIsAnError) {
+  json spec = {{"added_tokens", json::array({{{"id", 2000000000}, {"content", "<x>"}}})},
+               {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}}};
+  absl::StatusOr<std::unique_ptr<HfTokenizer>> t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()),
+              HasSubstr("added token \"<x>\" has id 2000000000, beyond the model's 1 ids"));
+  spec["added_tokens"][0]["id"] = 1;  // right after the model's ids
+  EXPECT_TRUE(HfTokenizer::FromJson(spec.dump(), "f.json").ok());
+}
+
+// 2^32 + 1 must not be read as id 1 (a real token).
+TEST(HfTokenizerTest, PostProcessorIdsBeyondInt32AreErrors) {
+  json spec = json::parse(ReadFixture("metaspace"));
+  spec["post_processor"]["special_tokens"]["<s>"]["ids"] = {4294967297LL};
+  absl::StatusOr<std::unique_ptr<HfTokenizer>> t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("id 2147483647 is outside"));
+  spec["post_processor"] = {{"type", "BertProcessing"},
+                            {"cls", {"<s>", 18446744073709551615ULL}},
+                            {"sep", {"</s>", 2}}};
+  t = HfTokenizer::FromJson(spec.dump(), "f.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("is outside the vocabulary"));
+}
+
 TEST(HfTokenizerTest, ConcurrentEncodesAgree) {
   std::unique_ptr<HfTokenizer> t = Fixture("llama3");
   ASSERT_NE(t, nullptr);
