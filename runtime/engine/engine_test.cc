@@ -557,8 +557,13 @@ TEST(EngineSimulatedAcceptanceTest, CompactPlansOnceTheEstimatorIsReady) {
     if (t.plan_reason == PlanReason::kConfidencePrior) {
       EXPECT_EQ(t.verify_tokens, t.batch_size + t.budget) << "step " << t.step;
       EXPECT_LE(t.verify_tokens, 6 * t.batch_size) << "step " << t.step;
-      EXPECT_EQ(t.draft_passes, 5) << "step " << t.step;
-      full_block_steps += t.verify_tokens == 6 * t.batch_size ? 1 : 0;
+      // The deepest request's cap: 5 unless every request nears its end.
+      EXPECT_GE(t.draft_passes, 1) << "step " << t.step;
+      EXPECT_LE(t.draft_passes, 5) << "step " << t.step;
+      if (t.verify_tokens == 6 * t.batch_size) {
+        EXPECT_EQ(t.draft_passes, 5) << "step " << t.step;
+        ++full_block_steps;
+      }
     } else if (t.plan_reason == PlanReason::kPlanned && t.budget < 5 * t.batch_size) {
       EXPECT_LE(t.verify_tokens, t.batch_size + t.budget) << "step " << t.step;
       ++packed_steps;
