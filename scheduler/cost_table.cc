@@ -357,10 +357,15 @@ double CostTable::PredictDraftPass(double batch_size) const {
   return v > 0 ? v : 0;
 }
 
+double CostTable::PassesNotRunSeconds(double batch_size, int passes) const {
+  if (!has_draft_split()) return 0;
+  return (draft_passes_ - passes) * PredictDraftPass(batch_size);
+}
+
 double CostTable::PredictStep(double batch_size, double verify_tokens, int passes) const {
   const double whole = Predict(batch_size, verify_tokens);
   if (!has_draft_split()) return whole;
-  const double v = whole - (draft_passes_ - passes) * PredictDraftPass(batch_size);
+  const double v = whole - PassesNotRunSeconds(batch_size, passes);
   return v > kMinStepSeconds ? v : kMinStepSeconds;
 }
 

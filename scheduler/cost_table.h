@@ -158,9 +158,13 @@ class CostTable {
   // One draft pass at `batch_size`: linear along the batch axis as Predict,
   // never below 0. 0 without a split.
   double PredictDraftPass(double batch_size) const;
-  // The step with `passes` draft passes (0 = plain decode): Predict minus the
-  // passes the table's steps ran beyond `passes`. Without a split it is
-  // Predict, whatever `passes`. Never below kMinStepSeconds.
+  // What the draft passes the table's steps ran beyond `passes` cost at
+  // `batch_size`: (draft_passes - passes) * PredictDraftPass. 0 without a
+  // split.
+  double PassesNotRunSeconds(double batch_size, int passes) const;
+  // The step with `passes` draft passes (0 = plain decode): Predict minus
+  // PassesNotRunSeconds. Without a split it is Predict, whatever `passes`.
+  // Never below kMinStepSeconds.
   double PredictStep(double batch_size, double verify_tokens, int passes) const;
 
   const std::vector<double>& batch_sizes() const { return batch_sizes_; }

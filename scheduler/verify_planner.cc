@@ -315,9 +315,8 @@ void VerifyPlanner::VerifyEverything(int64_t batch, PlanReason reason, VerifyPla
 }
 
 double VerifyPlanner::DraftPassesNotRun(int64_t batch) const {
-  if (!cost_table_.has_value() || draft_passes_ < 0 || !cost_table_->has_draft_split()) return 0;
-  return (cost_table_->draft_passes() - draft_passes_) *
-         cost_table_->PredictDraftPass(static_cast<double>(batch));
+  if (!cost_table_.has_value() || draft_passes_ < 0) return 0;
+  return cost_table_->PassesNotRunSeconds(static_cast<double>(batch), draft_passes_);
 }
 
 double VerifyPlanner::PredictStep(int64_t batch, int64_t verify_tokens) const {

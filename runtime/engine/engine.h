@@ -286,7 +286,7 @@ class Engine : public GenerationService {
   // on by then under overlap).
   struct PlannedStep {
     std::vector<int64_t> batch;        // request orders, batch order
-    std::vector<int32_t> draft_depths;  // rank 0's draft plan
+    std::vector<int32_t> draft_depths;  // rank 0's draft plan (SetDraftDepths)
     int draft_passes = 0;               // max(draft_depths)
     DraftReason draft_reason = DraftReason::kEmptyBatch;
     std::vector<int32_t> verify_lens;  // rank 0's plan
@@ -296,6 +296,12 @@ class Engine : public GenerationService {
     double predicted_seconds = 0;
     std::optional<double> pinned_budget_fraction;
     int64_t collective_nanoseconds = 0;  // this thread's, while planning
+
+    void SetDraftDepths(std::vector<int32_t> depths) {
+      draft_depths = std::move(depths);
+      draft_passes = 0;
+      for (int32_t d : draft_depths) draft_passes = d > draft_passes ? d : draft_passes;
+    }
   };
   // Caches of a finished request, freed once step `last_step` is done.
   struct RetiredKv {
@@ -314,10 +320,14 @@ class Engine : public GenerationService {
   StepJob NewJob(const std::vector<Request*>& batch, const PlannedStep& step);
   // Whether a step of `batch_size` requests may draft (speculation_max_batch).
   bool DraftsAtBatch(int batch_size) const;
-  // Per request of `batch`, the most rows its verify may take (its draft cap
-  // and the tokens it has left), and its planner flags.
-  void VerifyCaps(const std::vector<Request*>& batch, std::vector<int32_t>* max_verify_lens,
-                  std::vector<uint8_t>* flags) const;
+  // Per request of a step's batch, the most rows its verify may take (its
+  // draft cap and the tokens it has left) and its planner flags: the input
+  // both planners share.
+  struct StepCaps {
+    std::vector<int32_t> max_verify_lens;
+    std::vector<uint8_t> flags;
+  };
+  StepCaps VerifyCaps(const std::vector<Request*>& batch) const;
   // [batch * gamma] confidences of each request's latest drafts
   // (Request::lagged_signals); positions it never drafted count as sure, as
   // the estimator's prior does.
@@ -326,13 +336,14 @@ class Engine : public GenerationService {
   // The draft plan of a step over `batch` into step->draft_depths, from
   // `confidences` (lagged). `broadcast`: rank 0's depths go out now (overlap
   // off, before the drafts); otherwise PlanStep sends them with the lengths.
-  absl::Status PlanDrafts(const std::vector<Request*>& batch, absl::Span<const double> confidences,
+  absl::Status PlanDrafts(const StepCaps& caps, absl::Span<const double> confidences,
                           bool broadcast, PlannedStep* step);
   // The CPU half of a step's start after its draft plan: the verify plan
   // from `confidences`, the plan check, rank 0's verify lengths (and its
   // depths, unless PlanDrafts sent them) on every rank.
-  absl::Status PlanStep(const std::vector<Request*>& batch, absl::Span<const double> confidences,
-                        bool depths_sent, PlannedStep* step);
+  absl::Status PlanStep(const std::vector<Request*>& batch, const StepCaps& caps,
+                        absl::Span<const double> confidences, bool depths_sent,
+                        PlannedStep* step);
   // Appends a step's tokens to the requests still running, with their stop
   // checks, updates the counters and the estimator, finishes requests.
   absl::Status CommitStep(const PlannedStep& step, const StepOutcome& outcome);
@@ -356,8 +367,8 @@ class Engine : public GenerationService {
   // (the step's drafts).
   void RecordStepMetrics(const PlannedStep& step, const StepOutcome& outcome,
                          const std::vector<uint8_t>& committed,
-                         const std::vector<double>& confidences, int plain_rows,
-                         double collective_seconds);
+                         const std::vector<double>& confidences, int drafting,
+                         int plain_rows, double collective_seconds);
 
   const EngineOptions options_;
   // Every collective of the engine and its models goes through this timer

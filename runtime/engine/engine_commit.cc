@@ -92,12 +92,12 @@ absl::Status Engine::CommitStep(const PlannedStep& step, const StepOutcome& outc
   const int64_t step_collective_ns = step.collective_nanoseconds + outcome.collective_nanoseconds;
   verify_nanoseconds_ += outcome.verify_nanoseconds;
   step_collective_nanoseconds_ += step_collective_ns;
-  if (metrics_ != nullptr) {
-    RecordStepMetrics(step, outcome, committed, confidences, plain_rows,
-                      step_collective_ns * 1e-9);
-  }
   const int drafting = static_cast<int>(
       std::count(outcome.drafted.begin(), outcome.drafted.end(), uint8_t{1}));
+  if (metrics_ != nullptr) {
+    RecordStepMetrics(step, outcome, committed, confidences, drafting, plain_rows,
+                      step_collective_ns * 1e-9);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.draft_passes += outcome.draft_passes;
@@ -200,8 +200,8 @@ void Engine::set_metrics(ServingMetrics* metrics) {
 
 void Engine::RecordStepMetrics(const PlannedStep& step, const StepOutcome& outcome,
                                const std::vector<uint8_t>& committed,
-                               const std::vector<double>& confidences, int plain_rows,
-                               double collective_seconds) {
+                               const std::vector<double>& confidences, int drafting,
+                               int plain_rows, double collective_seconds) {
   const int g = gamma_;
   std::vector<DraftOutcome> drafts;
   for (size_t i = 0; i < step.batch.size(); ++i) {
@@ -223,8 +223,7 @@ void Engine::RecordStepMetrics(const PlannedStep& step, const StepOutcome& outco
   record.draft_reason = DraftReasonName(step.draft_reason);
   record.draft_passes = outcome.draft_passes;
   record.plain_rows = plain_rows;
-  record.drafting_requests = static_cast<int>(
-      std::count(outcome.drafted.begin(), outcome.drafted.end(), uint8_t{1}));
+  record.drafting_requests = drafting;
   record.planned_budget = step.budget;
   record.full_block_drafts = 0;
   for (const DraftOutcome& d : drafts) record.full_block_drafts += d.proposed;

@@ -261,21 +261,22 @@ bool Engine::DraftsAtBatch(int batch_size) const {
   return options_.speculation_max_batch == 0 || batch_size <= options_.speculation_max_batch;
 }
 
-void Engine::VerifyCaps(const std::vector<Request*>& batch, std::vector<int32_t>* max_verify_lens,
-                        std::vector<uint8_t>* flags) const {
+Engine::StepCaps Engine::VerifyCaps(const std::vector<Request*>& batch) const {
   const int b = static_cast<int>(batch.size());
-  max_verify_lens->assign(b, 1);
-  flags->assign(b, 0);
+  StepCaps caps;
+  caps.max_verify_lens.assign(b, 1);
+  caps.flags.assign(b, 0);
   for (int i = 0; i < b; ++i) {
     const SamplingParams& p = batch[i]->req.params;
     // Under overlap the CPU's count may be a step behind the device's; the
     // executor caps the plan again with its own.
     const int64_t left = p.max_tokens - batch[i]->num_generated();
     const int cap = p.max_draft_tokens >= 0 ? std::min(gamma_, p.max_draft_tokens) : gamma_;
-    (*max_verify_lens)[i] =
+    caps.max_verify_lens[i] =
         static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(cap + 1, left)));
-    if (!batch[i]->speculative) (*flags)[i] = kSpeculationDisabled;
+    if (!batch[i]->speculative) caps.flags[i] = kSpeculationDisabled;
   }
+  return caps;
 }
 
 absl::Status Engine::LaggedConfidences(const std::vector<Request*>& batch,
@@ -304,17 +305,13 @@ absl::Status Engine::LaggedConfidences(const std::vector<Request*>& batch,
   return absl::OkStatus();
 }
 
-absl::Status Engine::PlanDrafts(const std::vector<Request*>& batch,
-                                absl::Span<const double> confidences, bool broadcast,
-                                PlannedStep* step) {
-  const int b = static_cast<int>(batch.size());
-  std::vector<int32_t> max_verify_lens;
-  std::vector<uint8_t> flags;
-  VerifyCaps(batch, &max_verify_lens, &flags);
+absl::Status Engine::PlanDrafts(const StepCaps& caps, absl::Span<const double> confidences,
+                                bool broadcast, PlannedStep* step) {
+  const int b = static_cast<int>(caps.max_verify_lens.size());
   DraftPlannerInput input;
   input.confidences = confidences;
-  input.max_verify_lens = max_verify_lens;
-  input.flags = flags;
+  input.max_verify_lens = caps.max_verify_lens;
+  input.flags = caps.flags;
   input.confidence_ready = estimator_->ready();
   input.drafts_allowed = DraftsAtBatch(b);
   if (absl::Status s = draft_planner_->Plan(input, &draft_plan_); !s.ok()) return s;
@@ -326,24 +323,19 @@ absl::Status Engine::PlanDrafts(const std::vector<Request*>& batch,
       return s;
     }
   }
-  step->draft_depths = std::move(depths);
-  step->draft_passes = 0;
-  for (int32_t d : step->draft_depths) step->draft_passes = std::max(step->draft_passes, d);
+  step->SetDraftDepths(std::move(depths));
   step->draft_reason = draft_plan_.reason;
   return absl::OkStatus();
 }
 
-absl::Status Engine::PlanStep(const std::vector<Request*>& batch,
+absl::Status Engine::PlanStep(const std::vector<Request*>& batch, const StepCaps& caps,
                               absl::Span<const double> confidences, bool depths_sent,
                               PlannedStep* step) {
   const int b = static_cast<int>(batch.size());
-  std::vector<int32_t> max_verify_lens;
-  std::vector<uint8_t> flags;
-  VerifyCaps(batch, &max_verify_lens, &flags);
   PlannerInput input;
   input.confidences = confidences;
-  input.max_verify_lens = max_verify_lens;
-  input.flags = flags;
+  input.max_verify_lens = caps.max_verify_lens;
+  input.flags = caps.flags;
   input.confidence_ready = estimator_->ready();
   input.drafts = step->draft_passes > 0;
   input.draft_depths = step->draft_depths;
@@ -372,9 +364,7 @@ absl::Status Engine::PlanStep(const std::vector<Request*>& batch,
   const bool packed = message.back() != 0;
   std::vector<int32_t> verify_lens(message.begin(), message.begin() + b);
   if (!depths_sent) {
-    step->draft_depths.assign(message.begin() + b, message.begin() + 2 * b);
-    step->draft_passes = 0;
-    for (int32_t d : step->draft_depths) step->draft_passes = std::max(step->draft_passes, d);
+    step->SetDraftDepths(std::vector<int32_t>(message.begin() + b, message.begin() + 2 * b));
   }
   step->batch.clear();
   for (Request* r : batch) step->batch.push_back(r->order);
@@ -410,9 +400,10 @@ absl::Status Engine::Step() {
   // 1. The draft plan, from each request's latest drafts (a step old), on
   //    every rank; rank 0's depths are used.
   PlannedStep step;
+  const StepCaps caps = VerifyCaps(batch);
   std::vector<double> lagged;
   if (absl::Status s = LaggedConfidences(batch, &lagged); !s.ok()) return s;
-  if (absl::Status s = PlanDrafts(batch, lagged, /*broadcast=*/true, &step); !s.ok()) return s;
+  if (absl::Status s = PlanDrafts(caps, lagged, /*broadcast=*/true, &step); !s.ok()) return s;
 
   // 2. Drafts, their distributions and confidence signals.
   step.verify_lens.assign(b, 1);
@@ -426,7 +417,8 @@ absl::Status Engine::Step() {
   if (absl::Status s = estimator_->Score(outcome.signals, absl::MakeSpan(confidences)); !s.ok()) {
     return s;
   }
-  if (absl::Status s = PlanStep(batch, confidences, /*depths_sent=*/true, &step); !s.ok()) {
+  if (absl::Status s = PlanStep(batch, caps, confidences, /*depths_sent=*/true, &step);
+      !s.ok()) {
     return s;
   }
   job.verify_lens = step.verify_lens;
@@ -452,10 +444,12 @@ absl::Status Engine::StepOverlapped() {
     std::vector<double> confidences;
     if (absl::Status s = LaggedConfidences(batch, &confidences); !s.ok()) return s;
     PlannedStep step;
-    if (absl::Status s = PlanDrafts(batch, confidences, /*broadcast=*/false, &step); !s.ok()) {
+    const StepCaps caps = VerifyCaps(batch);
+    if (absl::Status s = PlanDrafts(caps, confidences, /*broadcast=*/false, &step); !s.ok()) {
       return s;
     }
-    if (absl::Status s = PlanStep(batch, confidences, /*depths_sent=*/false, &step); !s.ok()) {
+    if (absl::Status s = PlanStep(batch, caps, confidences, /*depths_sent=*/false, &step);
+        !s.ok()) {
       return s;
     }
     StepJob job = NewJob(batch, step);
