@@ -21,12 +21,13 @@
 // and every race a maximum over (key, id), so the thread and warp order of
 // the additions cannot show in the result: it is the CPU twin's, bit for bit.
 //
-// Split rows: passes 1, 2 and 4 of a greedy or temperature-only row run on
-// the cluster's CTAs, each over its slice of the row, and the CTAs combine
-// their slices' maxima, masses and race winners through distributed shared
-// memory; every combination is exact (maxima with ties to the lower id,
-// integer sums), so the bits are the single CTA's. A row with top-k or top-p
-// runs whole on the cluster's first CTA.
+// Split rows: every pass of a row runs on the cluster's CTAs, each over its
+// slice of the row, and the CTAs combine their slices' maxima, masses, race
+// winners and, for top-k / top-p, each radix round's histogram through
+// distributed shared memory; every combination is exact (maxima with ties to
+// the lower id, integer sums), so the bits are the single CTA's. A "near the
+// top" set that fits one CTA's shared memory is copied slice by slice, each
+// CTA keeping its own slice's candidates.
 //
 // Errors: each row's smallest error key goes to a workspace accumulator; the
 // CTA that finishes last publishes it to the error record and zeroes the
@@ -95,9 +96,11 @@ struct KernelArgs {
 struct Shared {
   float candidates[kCandidateCap];
   int32_t num_candidates;
-  // Radix histograms: per bin, the count and the fixed-point mass.
-  uint32_t hist_count[256];
-  unsigned long long hist_mass[256];
+  // Radix histograms: per bin, the count and the fixed-point mass. Two, used
+  // by turns, so that a cluster's CTAs can fill the next round's while their
+  // peers still read this one's (Team::Combine).
+  uint32_t hist_count[2][256];
+  unsigned long long hist_mass[2][256];
   // Radix state, written by warp 0 between rounds.
   uint32_t prefix;
   uint32_t remaining;
@@ -257,20 +260,28 @@ __device__ void StoreGroup(float* probs, int32_t g, int32_t size, bool vector,
   }
 }
 
+// The groups (of four ids) a pass visits: the whole row, or one cluster
+// CTA's slice of it.
+struct GroupRange {
+  int32_t begin;
+  int32_t end;
+};
+__device__ __forceinline__ GroupRange WholeRow(const RowView& row) { return {0, row.groups()}; }
+
 // Element sources for the threshold searches. ForEach calls f(z, valid) the
-// same number of times in every thread, so f may use warp-collective
-// operations; invalid calls carry no element.
+// same number of times in every thread of the CTA, so f may use
+// warp-collective operations; invalid calls carry no element.
 struct RowSource {
   RowView row;
+  GroupRange range;  // the CTA's part of the row
   template <typename F>
   __device__ void ForEach(F f) const {
-    const int32_t groups = row.groups();
-    for (int32_t base = 0; base < groups; base += Threads()) {
+    for (int32_t base = range.begin; base < range.end; base += Threads()) {
       const int32_t g = base + static_cast<int32_t>(threadIdx.x);
       float z[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
-      if (g < groups) row.Load(g, z);
+      if (g < range.end) row.Load(g, z);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) f(z[j], g < groups && 4 * g + j < row.size);
+      for (int j = 0; j < 4; ++j) f(z[j], g < range.end && 4 * g + j < row.size);
     }
   }
 };
@@ -284,6 +295,105 @@ struct ListSource {
       const int32_t i = base + static_cast<int32_t>(threadIdx.x);
       f(i < size ? z[i] : kNegInf, i < size);
     }
+  }
+};
+
+// ---------------------------------------------------------------- teams
+
+// One radix round's histogram.
+struct Histogram {
+  uint32_t* count;
+  unsigned long long* mass;
+};
+
+// The CTAs that work on one row. Each visits its part of the row (its
+// sources' elements), and the team combines the parts' histograms and sums,
+// so every CTA of the team sees the row's. Combinations are integer sums,
+// exact in any order, so a row's results are the same bits whatever its
+// team; every CTA of a team picks the same digits and thresholds.
+//
+// A team of one CTA: its part is the whole row.
+struct SoloTeam {
+  GroupRange range;
+  // Whether every part's ids of the near-the-top set j (kPivots: the row)
+  // fit one CTA's candidate list.
+  __device__ bool PartsFit(int j, const Shared& s, int32_t row_size) const {
+    return (j < kPivots ? s.pivot_count[j] : static_cast<uint32_t>(row_size)) <= kCandidateCap;
+  }
+  __device__ Histogram NextHistogram(Shared& s) { return {s.hist_count[0], s.hist_mass[0]}; }
+  __device__ Histogram Combine(const Histogram& local, bool /*with_mass*/) { return local; }
+  __device__ unsigned long long Sum(unsigned long long block_sum, Shared& /*s*/) {
+    return block_sum;
+  }
+};
+
+// What a cluster team's CTAs exchange through distributed shared memory
+// besides their histograms: a sum's part, in two slots used by turns (a CTA
+// writes the next sum's part only after the cluster barrier of this one,
+// which its peers pass only after reading the previous one), and the
+// combined histogram.
+struct ClusterSums {
+  uint32_t largest_part[kPivots + 1];  // the most ids of set j in one slice
+  unsigned long long part[2];
+  uint32_t hist_count[256];
+  unsigned long long hist_mass[256];
+};
+
+// A cluster's CTAs, each over its slice of the row.
+struct ClusterTeam {
+  GroupRange range;
+  cg::cluster_group& cluster;
+  ClusterSums& x;
+  int histogram_turn = 0;
+  int sum_turn = 0;
+
+  // Each CTA lists its own slice's candidates, so a set fits when its
+  // largest slice does: the cluster holds kClusterCtas lists.
+  __device__ bool PartsFit(int j, const Shared& /*s*/, int32_t /*row_size*/) const {
+    return x.largest_part[j] <= kCandidateCap;
+  }
+
+  __device__ Histogram NextHistogram(Shared& s) {
+    const int turn = histogram_turn;
+    histogram_turn ^= 1;
+    return {s.hist_count[turn], s.hist_mass[turn]};
+  }
+
+  // The cluster's histogram from every CTA's `local` (complete in each CTA
+  // after its __syncthreads). The local histogram of this turn is not
+  // written again before the next round's barrier, which every peer passes
+  // only after reading it.
+  __device__ Histogram Combine(const Histogram& local, bool with_mass) {
+    cluster.sync();
+    const int ctas = static_cast<int>(cluster.num_blocks());
+    for (int bin = threadIdx.x; bin < 256; bin += Threads()) {
+      uint32_t count = 0;
+      unsigned long long mass = 0;
+      for (int c = 0; c < ctas; ++c) {
+        count += cluster.map_shared_rank(local.count, c)[bin];
+        if (with_mass) mass += cluster.map_shared_rank(local.mass, c)[bin];
+      }
+      x.hist_count[bin] = count;
+      x.hist_mass[bin] = mass;
+    }
+    __syncthreads();
+    return {x.hist_count, x.hist_mass};
+  }
+
+  // The cluster's sum of every CTA's `block_sum` (the same in all its threads).
+  __device__ unsigned long long Sum(unsigned long long block_sum, Shared& s) {
+    const int turn = sum_turn;
+    sum_turn ^= 1;
+    if (threadIdx.x == 0) x.part[turn] = block_sum;
+    cluster.sync();
+    if (threadIdx.x == 0) {
+      unsigned long long total = 0;
+      const int ctas = static_cast<int>(cluster.num_blocks());
+      for (int c = 0; c < ctas; ++c) total += *cluster.map_shared_rank(&x.part[turn], c);
+      s.result_u = total;
+    }
+    __syncthreads();
+    return s.result_u;
   }
 };
 
@@ -311,21 +421,21 @@ __device__ unsigned long long SumOverPeers(unsigned peers, unsigned long long x)
 // with_mass). Lanes of a warp often share a bin (logits cluster), so each
 // group of equal bins adds once, from its lowest lane. Warp-collective.
 __device__ void HistogramAdd(bool valid, uint32_t bin, unsigned long long weight,
-                             bool with_mass, Shared& s) {
+                             bool with_mass, const Histogram& h) {
   // After the first digit most elements miss the prefix: whole warps skip.
   if (__ballot_sync(kFullMask, valid) == 0) return;
   const unsigned peers = __match_any_sync(kFullMask, valid ? bin : 0xFFFFFFFFu);
   if (with_mass) weight = SumOverPeers(peers, valid ? weight : 0);
   if (valid && __ffs(peers) - 1 == Lane()) {
-    atomicAdd(&s.hist_count[bin], static_cast<uint32_t>(__popc(peers)));
-    if (with_mass) atomicAdd(&s.hist_mass[bin], weight);
+    atomicAdd(&h.count[bin], static_cast<uint32_t>(__popc(peers)));
+    if (with_mass) atomicAdd(&h.mass[bin], weight);
   }
 }
 
-__device__ void ClearHistogram(Shared& s) {
+__device__ void ClearHistogram(const Histogram& h) {
   for (int i = threadIdx.x; i < 256; i += Threads()) {
-    s.hist_count[i] = 0;
-    s.hist_mass[i] = 0;
+    h.count[i] = 0;
+    h.mass[i] = 0;
   }
 }
 
@@ -337,13 +447,13 @@ __device__ __forceinline__ uint32_t HighMask(int shift) {
 // Warp 0, after a top-k round: the digit of the k-th largest key. Lane l
 // holds bins 255 - 8l .. 248 - 8l (largest first); the lane where the count
 // from the top first reaches `remaining` holds it.
-__device__ void PickTopKDigit(int shift, uint32_t k, Shared& s) {
+__device__ void PickTopKDigit(int shift, uint32_t k, const Histogram& h, Shared& s) {
   const int lane = Lane();
   uint32_t c[8];
   uint32_t sum = 0;
 #pragma unroll
   for (int q = 0; q < 8; ++q) {
-    c[q] = s.hist_count[255 - 8 * lane - q];
+    c[q] = h.count[255 - 8 * lane - q];
     sum += c[q];
   }
   uint32_t inclusive = sum;
@@ -380,8 +490,8 @@ struct Selection {
 
 // The k-th largest z of the source (1 <= k <= its size), by radix selection
 // on order keys.
-template <typename Source>
-__device__ Selection SelectTopK(const Source& source, uint32_t k, Shared& s) {
+template <typename Source, typename Team>
+__device__ Selection SelectTopK(const Source& source, uint32_t k, Team& team, Shared& s) {
   if (threadIdx.x == 0) {
     s.prefix = 0;
     s.remaining = k;
@@ -391,14 +501,17 @@ __device__ Selection SelectTopK(const Source& source, uint32_t k, Shared& s) {
   for (int shift = 24; shift >= 0; shift -= 8) {
     const uint32_t prefix = s.prefix;
     const uint32_t high = HighMask(shift);
-    ClearHistogram(s);
+    const Histogram local = team.NextHistogram(s);
+    ClearHistogram(local);
     __syncthreads();
     source.ForEach([&](float z, bool valid) {
       const uint32_t key = OrderKey(z);
-      HistogramAdd(valid && ((key ^ prefix) & high) == 0, (key >> shift) & 0xFFu, 0, false, s);
+      HistogramAdd(valid && ((key ^ prefix) & high) == 0, (key >> shift) & 0xFFu, 0, false,
+                   local);
     });
     __syncthreads();
-    if (Warp() == 0) PickTopKDigit(shift, k, s);
+    const Histogram h = team.Combine(local, /*with_mass=*/false);
+    if (Warp() == 0) PickTopKDigit(shift, k, h, s);
     __syncthreads();
   }
   const Selection selection{FromOrderKey(s.prefix), s.count_ge};
@@ -410,15 +523,15 @@ __device__ Selection SelectTopK(const Source& source, uint32_t k, Shared& s) {
 // (s.above, the mass above the current prefix, plus the higher bins) is
 // still below the limit. That mass only grows towards lower bins, so the
 // bins that qualify are the non-empty ones above a crossing point.
-__device__ void PickTopPDigit(int shift, double limit, Shared& s) {
+__device__ void PickTopPDigit(int shift, double limit, const Histogram& h, Shared& s) {
   const int lane = Lane();
   uint32_t c[8];
   unsigned long long m[8];
   unsigned long long sum = 0;
 #pragma unroll
   for (int q = 0; q < 8; ++q) {
-    c[q] = s.hist_count[255 - 8 * lane - q];
-    m[q] = s.hist_mass[255 - 8 * lane - q];
+    c[q] = h.count[255 - 8 * lane - q];
+    m[q] = h.mass[255 - 8 * lane - q];
     sum += m[q];
   }
   unsigned long long inclusive = sum;
@@ -448,9 +561,9 @@ __device__ void PickTopPDigit(int shift, double limit, Shared& s) {
 // Among the source's ids with z >= kept_threshold: the smallest value v with
 // mass(z > v) < limit (draft_sampler.h), by radix selection where each bin
 // also carries its fixed-point mass.
-template <typename Source>
+template <typename Source, typename Team>
 __device__ float SelectTopP(const Source& source, float kept_threshold, float row_max,
-                            double limit, Shared& s) {
+                            double limit, Team& team, Shared& s) {
   if (threadIdx.x == 0) {
     s.prefix = 0;
     s.above = 0;
@@ -459,15 +572,18 @@ __device__ float SelectTopP(const Source& source, float kept_threshold, float ro
   for (int shift = 24; shift >= 0; shift -= 8) {
     const uint32_t prefix = s.prefix;
     const uint32_t high = HighMask(shift);
-    ClearHistogram(s);
+    const Histogram local = team.NextHistogram(s);
+    ClearHistogram(local);
     __syncthreads();
     source.ForEach([&](float z, bool valid) {
       const uint32_t key = OrderKey(z);
       const bool match = valid && z >= kept_threshold && ((key ^ prefix) & high) == 0;
-      HistogramAdd(match, (key >> shift) & 0xFFu, match ? FixedWeight(z, row_max) : 0, true, s);
+      HistogramAdd(match, (key >> shift) & 0xFFu, match ? FixedWeight(z, row_max) : 0, true,
+                   local);
     });
     __syncthreads();
-    if (Warp() == 0) PickTopPDigit(shift, limit, s);
+    const Histogram h = team.Combine(local, /*with_mass=*/true);
+    if (Warp() == 0) PickTopPDigit(shift, limit, h, s);
     __syncthreads();
   }
   const float threshold = FromOrderKey(s.prefix);
@@ -476,23 +592,23 @@ __device__ float SelectTopP(const Source& source, float kept_threshold, float ro
 }
 
 // Fixed-point mass of the source's ids with z >= threshold.
-template <typename Source>
+template <typename Source, typename Team>
 __device__ unsigned long long KeptMass(const Source& source, float threshold, float row_max,
-                                       Shared& s) {
+                                       Team& team, Shared& s) {
   unsigned long long mass = 0;
   source.ForEach([&](float z, bool valid) {
     if (valid && z >= threshold) mass += FixedWeight(z, row_max);
   });
-  return BlockSum(mass, s);
+  return team.Sum(BlockSum(mass, s), s);
 }
 
 // Copies the z of the row's ids with z >= floor into s.candidates (at most
 // kCandidateCap; callers know the count) and returns them as a source.
-__device__ ListSource CopyCandidates(const RowView& row, float floor, Shared& s) {
+__device__ ListSource CopyCandidates(const RowSource& source, float floor, Shared& s) {
   if (threadIdx.x == 0) s.num_candidates = 0;
   __syncthreads();
   const int lane = Lane();
-  RowSource{row}.ForEach([&](float z, bool valid) {
+  source.ForEach([&](float z, bool valid) {
     const bool take = valid && z >= floor;
     const unsigned taken = __ballot_sync(kFullMask, take);
     int32_t base = 0;
@@ -506,14 +622,6 @@ __device__ ListSource CopyCandidates(const RowView& row, float floor, Shared& s)
 }
 
 // ---------------------------------------------------------------- passes
-
-// The groups (of four ids) a pass visits: the whole row, or one cluster
-// CTA's slice of it.
-struct GroupRange {
-  int32_t begin;
-  int32_t end;
-};
-__device__ __forceinline__ GroupRange WholeRow(const RowView& row) { return {0, row.groups()}; }
 
 struct Scan {
   float row_max;
@@ -593,44 +701,46 @@ struct Kept {
 };
 
 // Pass 3: the top-k / top-p threshold and the mass of the ids it keeps.
+// s.pivot_count/mass hold the whole row's near-the-top sets; each of the
+// team's CTAs copies candidates from its own part, and the selections
+// combine the parts.
+template <typename Team>
 __device__ Kept Thresholds(const RowView& row, const Scan& scan, unsigned long long total,
-                           int32_t top_k, float top_p, float min_p, Shared& s) {
+                           int32_t top_k, float top_p, float min_p, Team& team, Shared& s) {
   const bool top_k_on = draft_internal::TopKActive(top_k, row.size);
   const bool top_p_on = top_p < 1.0f;
   const float min_p_threshold = MinPThreshold(scan.row_max, min_p);
-  const RowSource whole{row};
+  const RowSource whole{row, team.range};
   // The near-the-top set j (j == kPivots: the whole row) and its size.
   const auto floor_of = [&](int j) {
     return j < kPivots ? FSub(scan.row_max, PivotDistance(j)) : kNegInf;
   };
-  const auto count_of = [&](int j) {
-    return j < kPivots ? s.pivot_count[j] : static_cast<uint32_t>(row.size);
-  };
 
   Kept kept{kNegInf, total};
-  bool listed = false;  // s.candidates holds every id with z >= kept.threshold
+  bool listed = false;  // s.candidates holds every id of the part with z >= kept.threshold
   ListSource list{nullptr, 0};
   if (min_p_threshold > kNegInf && !top_k_on) {
     kept.threshold = min_p_threshold;
-    kept.mass = KeptMass(whole, kept.threshold, scan.row_max, s);
+    kept.mass = KeptMass(whole, kept.threshold, scan.row_max, team, s);
   }
   if (top_k_on) {
     // The smallest set with k ids holds the top k.
     int j = 0;
     while (j < kPivots && s.pivot_count[j] < static_cast<uint32_t>(top_k)) ++j;
-    if (count_of(j) <= kCandidateCap) {
-      list = CopyCandidates(row, floor_of(j), s);
+    if (team.PartsFit(j, s, row.size)) {
+      list = CopyCandidates(whole, floor_of(j), s);
       listed = true;
     }
-    const Selection selection = listed ? SelectTopK(list, top_k, s) : SelectTopK(whole, top_k, s);
+    const Selection selection = listed ? SelectTopK(list, top_k, team, s)
+                                        : SelectTopK(whole, top_k, team, s);
     // Min-p and top-k both keep an upper set: the kept set is the smaller.
     kept.threshold = max(selection.threshold, min_p_threshold);
     if (!listed && top_p_on && selection.count_ge <= kCandidateCap) {
-      list = CopyCandidates(row, kept.threshold, s);
+      list = CopyCandidates(whole, kept.threshold, s);
       listed = true;
     }
-    kept.mass = listed ? KeptMass(list, kept.threshold, scan.row_max, s)
-                       : KeptMass(whole, kept.threshold, scan.row_max, s);
+    kept.mass = listed ? KeptMass(list, kept.threshold, scan.row_max, team, s)
+                       : KeptMass(whole, kept.threshold, scan.row_max, team, s);
   }
   if (top_p_on) {
     const double limit = DMul(static_cast<double>(top_p), FixedToDouble(kept.mass));
@@ -640,15 +750,15 @@ __device__ Kept Thresholds(const RowView& row, const Scan& scan, unsigned long l
       // With min-p, the kept set itself (mass >= limit) bounds it too.
       int j = 0;
       while (j < kPivots && !(FixedToDouble(s.pivot_mass[j]) >= limit)) ++j;
-      if (count_of(j) <= kCandidateCap) {
-        list = CopyCandidates(row, max(floor_of(j), kept.threshold), s);
+      if (team.PartsFit(j, s, row.size)) {
+        list = CopyCandidates(whole, max(floor_of(j), kept.threshold), s);
         listed = true;
       }
     }
-    kept.threshold = listed ? SelectTopP(list, kept.threshold, scan.row_max, limit, s)
-                            : SelectTopP(whole, kept.threshold, scan.row_max, limit, s);
-    kept.mass = listed ? KeptMass(list, kept.threshold, scan.row_max, s)
-                       : KeptMass(whole, kept.threshold, scan.row_max, s);
+    kept.threshold = listed ? SelectTopP(list, kept.threshold, scan.row_max, limit, team, s)
+                            : SelectTopP(whole, kept.threshold, scan.row_max, limit, team, s);
+    kept.mass = listed ? KeptMass(list, kept.threshold, scan.row_max, team, s)
+                       : KeptMass(whole, kept.threshold, scan.row_max, team, s);
   }
   return kept;
 }
@@ -743,7 +853,8 @@ __device__ uint64_t SampleRow(const KernelArgs& a, int32_t row, Shared& s) {
     }
     return 0;
   }
-  const Kept kept = Thresholds(view, scan, total, top_k, top_p, min_p, s);
+  SoloTeam team{WholeRow(view)};
+  const Kept kept = Thresholds(view, scan, total, top_k, top_p, min_p, team, s);
   const int32_t token = ProposalPass(view, WholeRow(view), scan, kept, in.seeds[row],
                                      in.positions[row], probs, a.vector_probs, s)
                             .id;
@@ -787,13 +898,20 @@ struct ScanSlot {
   int32_t argmax;
   int32_t non_finite;
 };
+// A slice's mass and, for a row with filters, its near-the-top sets.
+struct MassSlot {
+  unsigned long long total;
+  uint32_t pivot_count[kPivots];
+  unsigned long long pivot_mass[kPivots];
+};
 struct SplitShared {
   ScanSlot scan;
   ScanSlot scans[kClusterCtas];
-  unsigned long long mass;
-  unsigned long long masses[kClusterCtas];
+  MassSlot mass;
+  MassSlot masses[kClusterCtas];
   RaceWinner race;
   RaceWinner races[kClusterCtas];
+  ClusterSums sums;  // the thresholds' exchanges (ClusterTeam)
 };
 
 // Publishes every CTA's `mine` (written by thread 0) and copies the
@@ -827,10 +945,8 @@ __device__ uint64_t SampleSplitRow(const KernelArgs& a, int32_t row, cg::cluster
                                                 static_cast<uint32_t>(bad));
   }
   const bool greedy = temperature == 0.0f;
-  if (!greedy && draft_internal::FiltersActive(top_k, top_p, min_p, in.vocab_size)) {
-    // The thresholds' radix rounds are one CTA's.
-    return rank == 0 ? SampleRow(a, row, s) : 0;
-  }
+  const bool filtered =
+      !greedy && draft_internal::FiltersActive(top_k, top_p, min_p, in.vocab_size);
   const int64_t offset = static_cast<int64_t>(row) * in.vocab_size;
   const RowView view{in.logits + offset, in.vocab_size,
                      draft_internal::RowInverseTemperature(temperature), a.vector_logits};
@@ -857,11 +973,38 @@ __device__ uint64_t SampleSplitRow(const KernelArgs& a, int32_t row, cg::cluster
   }
 
   const unsigned long long slice_mass =
-      MassPass(view, slice, scan, /*pivots=*/false, greedy, probs, a.vector_probs, s);
-  if (threadIdx.x == 0) x.mass = slice_mass;
+      MassPass(view, slice, scan, filtered, greedy, probs, a.vector_probs, s);
+  if (threadIdx.x == 0) {
+    x.mass.total = slice_mass;
+    for (int j = 0; j < kPivots; ++j) {
+      x.mass.pivot_count[j] = filtered ? s.pivot_count[j] : 0;
+      x.mass.pivot_mass[j] = filtered ? s.pivot_mass[j] : 0;
+    }
+  }
   ExchangeAcrossCluster(cluster, &x.mass, x.masses);
   unsigned long long total = 0;
-  for (int c = 0; c < ctas; ++c) total += x.masses[c];
+  for (int c = 0; c < ctas; ++c) total += x.masses[c].total;
+  if (filtered) {
+    // The row's near-the-top sets, for the thresholds.
+    if (threadIdx.x < kPivots) {
+      const int j = threadIdx.x;
+      uint32_t count = 0;
+      uint32_t largest = 0;
+      unsigned long long mass = 0;
+      for (int c = 0; c < ctas; ++c) {
+        count += x.masses[c].pivot_count[j];
+        largest = max(largest, x.masses[c].pivot_count[j]);
+        mass += x.masses[c].pivot_mass[j];
+      }
+      s.pivot_count[j] = count;
+      s.pivot_mass[j] = mass;
+      x.sums.largest_part[j] = largest;
+    }
+    if (threadIdx.x == kPivots) {
+      x.sums.largest_part[kPivots] = static_cast<uint32_t>(4 * per_cta);  // the largest slice
+    }
+    __syncthreads();
+  }
   if (greedy) {
     if (rank == 0 && threadIdx.x == 0) {
       a.out.token_ids[row] = scan.argmax;
@@ -870,8 +1013,11 @@ __device__ uint64_t SampleSplitRow(const KernelArgs& a, int32_t row, cg::cluster
     return 0;
   }
 
-  // Neither top-k nor top-p: every id is kept.
-  const Kept kept{kNegInf, total};
+  // The thresholds' selections run on every CTA's slice and combine across
+  // the cluster; without filters every id is kept.
+  ClusterTeam team{slice, cluster, x.sums};
+  const Kept kept = filtered ? Thresholds(view, scan, total, top_k, top_p, min_p, team, s)
+                             : Kept{kNegInf, total};
   const RaceWinner slice_winner = ProposalPass(view, slice, scan, kept, in.seeds[row],
                                                in.positions[row], probs, a.vector_probs, s);
   if (threadIdx.x == 0) x.race = slice_winner;

@@ -93,8 +93,9 @@ inline constexpr int64_t kDraftSampleWorkspaceBytes = 16;
 // the rows' contents land in outputs->error: read it with
 // ReadDraftSampleError, or copy it with the step's other results.
 //
-// While there are no more rows than DraftSampleSplitRows(), each greedy or
-// temperature-only row's passes run on a cluster of CTAs instead of one:
+// While there are no more rows than DraftSampleSplitRows(), each row's
+// passes (top-k, top-p and min-p included) run on a cluster of CTAs instead
+// of one:
 // the same bits, sooner (docs/PERF.md, draft sampler). `split_rows` false
 // keeps one CTA per row (benchmarks and tests compare the two).
 absl::Status DraftSampleCuda(const DraftSampleInputs& inputs, DraftSampleOutputs* outputs,

@@ -296,11 +296,10 @@ TEST(DraftSamplerGpuTest, LargeVocabularies) {
   }
 }
 
-// A launch of at most DraftSampleSplitRows() rows spreads each greedy or
-// temperature-only row over a cluster; rows with top-k or top-p run whole on
-// the cluster's first CTA. Vocabularies smaller than a cluster leave some
-// CTAs an empty slice. Each batch also runs with one CTA per row, and the
-// row counts straddle the split limit.
+// A launch of at most DraftSampleSplitRows() rows spreads each row over a
+// cluster. Vocabularies smaller than a cluster leave some CTAs an empty
+// slice. Each batch also runs with one CTA per row, and the row counts
+// straddle the split limit.
 TEST(DraftSamplerGpuTest, FewRowsSplitOverClusters) {
   const int split_rows = DraftSampleSplitRows();
   ASSERT_GE(split_rows, 8) << "an H200 holds at least 8 clusters of the split kernel";
@@ -323,6 +322,28 @@ TEST(DraftSamplerGpuTest, FewRowsSplitOverClusters) {
   // Row starts off the 16-byte grid: scalar loads and stores.
   ExpectParity(RandomBatch(128256, 3, LogitShape::kPeaked, 900, params), "3 offset rows", 1);
   ExpectParity(RandomBatch(4097, 5, LogitShape::kTied, 901, params), "5 offset tied rows", 3);
+}
+
+// Every parameter combination on split rows: top-k, top-p and min-p
+// thresholds from the slices' candidates and the cluster's histograms.
+TEST(DraftSamplerGpuTest, FilteredRowsSplitOverClusters) {
+  const int split_rows = DraftSampleSplitRows();
+  ASSERT_GE(split_rows, 8);
+  uint64_t salt = 1000;
+  for (const int32_t vocab : {1003, 32000, 128256, 151936}) {
+    const std::vector<RowParams> all = ParameterCombinations(vocab);
+    for (const LogitShape shape : {LogitShape::kPeaked, LogitShape::kFlat, LogitShape::kTied}) {
+      for (size_t first = 0; first < all.size(); first += split_rows) {
+        const size_t last = std::min(all.size(), first + split_rows);
+        const std::vector<RowParams> params(all.begin() + first, all.begin() + last);
+        const Batch b = RandomBatch(vocab, static_cast<int32_t>(params.size()), shape, salt++,
+                                    params);
+        ExpectParity(b, std::to_string(params.size()) + " split rows from combination " +
+                            std::to_string(first) + ", " + std::to_string(vocab) + " " +
+                            ShapeName(shape));
+      }
+    }
+  }
 }
 
 TEST(DraftSamplerGpuTest, ManyRows) {
@@ -351,6 +372,13 @@ TEST(DraftSamplerGpuTest, ThresholdsOnTheWholeRow) {
                  std::to_string(vocab) + " flat, whole-row thresholds");
     ExpectParity(RandomBatch(vocab, 20, LogitShape::kTied, 500 + vocab, params),
                  std::to_string(vocab) + " tied, whole-row thresholds");
+    // As many rows as there are parameter sets: split over clusters.
+    const int32_t rows = static_cast<int32_t>(params.size());
+    ASSERT_LE(rows, DraftSampleSplitRows());
+    ExpectParity(RandomBatch(vocab, rows, LogitShape::kFlat, 600 + vocab, params),
+                 std::to_string(vocab) + " flat, whole-row thresholds on split rows");
+    ExpectParity(RandomBatch(vocab, rows, LogitShape::kTied, 700 + vocab, params),
+                 std::to_string(vocab) + " tied, whole-row thresholds on split rows");
   }
 }
 
