@@ -222,6 +222,11 @@ ServingMetrics::ServingMetrics(std::shared_ptr<prometheus::Registry> registry)
                         "Forward passes replayed from CUDA graphs, by model (target, draft)")),
       target_graph_replays_(graph_replays_family_.Add({{"model", "target"}})),
       draft_graph_replays_(graph_replays_family_.Add({{"model", "draft"}})),
+      eager_passes_family_(CounterFamily(
+          *registry_, "verdict_eager_passes_total",
+          "Forward passes that ran eagerly with CUDA graphs on, by model and reason "
+          "(first_use: a launch shape's first pass; partial_logits: a prefill; "
+          "uncapturable: the communicator cannot be captured; capture_failed)")),
       plan_checks_(Counter(*registry_, "verdict_plan_checks_total",
                            "Cross-rank comparisons of plan and estimator hashes")),
       plan_mismatches_(Counter(*registry_, "verdict_plan_mismatches_total",
@@ -396,6 +401,13 @@ void ServingMetrics::RecordEstimator(bool ready,
 void ServingMetrics::RecordGraphReplays(int64_t target, int64_t draft) {
   AdvanceTo(target_graph_replays_, static_cast<double>(target));
   AdvanceTo(draft_graph_replays_, static_cast<double>(draft));
+}
+
+void ServingMetrics::RecordEagerPasses(const std::string& model, const std::string& reason,
+                                       int64_t total) {
+  if (total == 0) return;  // no series until the first such pass
+  AdvanceTo(eager_passes_family_.Add({{"model", model}, {"reason", reason}}),
+            static_cast<double>(total));
 }
 
 void ServingMetrics::RecordPlanCheck(bool mismatch) {

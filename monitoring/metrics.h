@@ -26,7 +26,8 @@
 //                 verdict_estimator_{observations,refits}_total{position},
 //                 verdict_estimator_brier_score{position},
 //                 verdict_estimator_brier_samples_total{position},
-//                 verdict_graph_replays_total{model}
+//                 verdict_graph_replays_total{model},
+//                 verdict_eager_passes_total{model, reason}
 //   TP            verdict_plan_checks_total, verdict_plan_mismatches_total,
 //                 verdict_step_collective_seconds, verdict_tp_world_size,
 //                 verdict_tp_ranks_up, verdict_rank_decode_steps_total{rank},
@@ -158,6 +159,9 @@ class ServingMetrics {
   // many of a step's passes replay (one verify and gamma - 1 draft passes
   // can; a new pass shape runs eagerly until its graph exists).
   void RecordGraphReplays(int64_t target, int64_t draft);
+  // Cumulative passes of `model` (target, draft) that ran eagerly with CUDA
+  // graphs on, for `reason` (ModelRunner::EagerReasonName).
+  void RecordEagerPasses(const std::string& model, const std::string& reason, int64_t total);
 
   // ---- tensor parallelism
   void RecordPlanCheck(bool mismatch);
@@ -215,6 +219,7 @@ class ServingMetrics {
   prometheus::Family<prometheus::Counter>& graph_replays_family_;
   prometheus::Counter& target_graph_replays_;
   prometheus::Counter& draft_graph_replays_;
+  prometheus::Family<prometheus::Counter>& eager_passes_family_;
   // TP
   prometheus::Counter& plan_checks_;
   prometheus::Counter& plan_mismatches_;

@@ -86,6 +86,21 @@ TEST(ServingMetricsTest, GraphReplaysFollowTheModelsTotals) {
   EXPECT_THAT(text, HasSubstr("verdict_graph_replays_total{model=\"draft\"} 9\n"));
 }
 
+TEST(ServingMetricsTest, EagerPassesByModelAndReason) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  ServingMetrics metrics(registry);
+  metrics.Configure(TestInfo());
+  metrics.RecordEagerPasses("target", "first_use", 2);
+  metrics.RecordEagerPasses("target", "first_use", 7);
+  metrics.RecordEagerPasses("draft", "partial_logits", 4);
+  metrics.RecordEagerPasses("draft", "capture_failed", 0);  // no series yet
+  const std::string text = SerializeMetrics(*registry);
+  EXPECT_THAT(text, HasSubstr("verdict_eager_passes_total{model=\"target\",reason=\"first_use\"} 7\n"));
+  EXPECT_THAT(text,
+              HasSubstr("verdict_eager_passes_total{model=\"draft\",reason=\"partial_logits\"} 4\n"));
+  EXPECT_THAT(text, Not(HasSubstr("reason=\"capture_failed\"")));
+}
+
 TEST(ServingMetricsTest, StepRecordsSpeculationAndPlannerFigures) {
   auto registry = std::make_shared<prometheus::Registry>();
   ServingMetrics metrics(registry);

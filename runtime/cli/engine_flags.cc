@@ -56,7 +56,10 @@ ABSL_FLAG(std::string, tokenizer, "",
 ABSL_FLAG(std::string, backend, "cpu",
           "where the models run: cpu (float32, any machine) or cuda (bf16, one GPU per rank)");
 ABSL_FLAG(std::string, cuda_graphs, "on",
-          "cuda backend: on replays repeated draft and verify step shapes from CUDA graphs");
+          "cuda backend: on replays draft and verify steps from CUDA graphs, each step padded "
+          "to a launch shape that repeats (requests to a bucket, tokens to a multiple of the "
+          "longest query); exact replays only step shapes that repeat unpadded; off runs "
+          "every step eagerly");
 ABSL_FLAG(std::string, one_shot_all_reduce, "auto",
           "at TP > 1 on the CUDA backend, small all-reduces as one-shot kernels over the "
           "peer-mapped memory of the host's GPUs (on), on NCCL (off), or one-shot where every "
@@ -195,9 +198,13 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
   if (!cpu.ok()) return cpu.status();
   options.backend = *cpu ? ModelBackend::kCpu : ModelBackend::kCuda;
   options.comm_timeout = comm_options.timeout;
-  absl::StatusOr<bool> graphs = IsFirstChoice("cuda-graphs", FLAGS_cuda_graphs, "on", "off");
-  if (!graphs.ok()) return graphs.status();
-  options.cuda_graphs = *graphs;
+  const std::string graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  if (graphs != "on" && graphs != "exact" && graphs != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cuda-graphs must be on, exact or off, not '", graphs, "'"));
+  }
+  options.cuda_graphs = graphs != "off";
+  options.pad_graph_shapes = graphs == "on";
   const std::string one_shot = absl::GetFlag(FLAGS_one_shot_all_reduce);
   if (one_shot == "auto") {
     options.one_shot_all_reduce = OneShotAllReduce::kAuto;

@@ -102,6 +102,7 @@ absl::StatusOr<Engine::Model> Engine::LoadModel(const ModelSource& source,
   if (options.backend == ModelBackend::kCuda) {
     CudaModelOptions cuda;
     cuda.cuda_graphs = options.cuda_graphs;
+    cuda.pad_graph_shapes = options.pad_graph_shapes;
     cuda.skinny_gemm = is_draft;
     if (options.one_shot_all_reduce != OneShotAllReduce::kOff && device_comm != nullptr &&
         device_comm->world_size() > 1) {

@@ -136,6 +136,9 @@ struct EngineOptions {
   bool overlap = false;
   ModelBackend backend = ModelBackend::kCpu;
   bool cuda_graphs = true;  // CUDA backend: replay repeated step shapes from graphs
+  // CUDA backend: pad steps to repeating launch shapes first
+  // (CudaModelOptions::pad_graph_shapes).
+  bool pad_graph_shapes = true;
   // CUDA backend at TP > 1 (each model sharded over the ranks); ignored
   // elsewhere. On one host with NVLink the one-shot kernels beat NCCL's
   // ring for a decode step's messages (docs/PERF.md, tensor parallel).

@@ -236,6 +236,13 @@ void Engine::RecordStepMetrics(const PlannedStep& step, const StepOutcome& outco
   metrics_->RecordStep(record);
   metrics_->RecordGraphReplays(target_model_.runner->graph_replays(),
                                draft_model_ ? draft_model_->runner->graph_replays() : 0);
+  for (const ModelRunner::EagerReason reason : ModelRunner::kEagerReasons) {
+    const char* name = ModelRunner::EagerReasonName(reason);
+    metrics_->RecordEagerPasses("target", name, target_model_.runner->eager_passes(reason));
+    if (draft_model_) {
+      metrics_->RecordEagerPasses("draft", name, draft_model_->runner->eager_passes(reason));
+    }
+  }
   if (comm_->world_size() == 1) {
     // No plan check gathers figures in a world of one: report them directly.
     metrics_->RecordRankFigures(0, RankFigures{stats_.steps, verify_nanoseconds_ * 1e-9,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -56,6 +57,49 @@ struct LocalShape {
   int qkv_size() const { return q_size() + 2 * kv_size(); }
 };
 
+// Graph-replayed passes run at a launch shape that repeats from step to
+// step, so that ragged steps (compact packing, per-request draft depths)
+// find a captured graph instead of running eager: the requests padded to a
+// bucket, the tokens to a multiple of the longest query, the block-table
+// width to a multiple of the context bucket's blocks. Padding requests
+// cost little: a request without query tokens launches attention CTAs that
+// return at once.
+int RequestBucket(int requests) {
+  const auto round_up = [](int n, int to) { return (n + to - 1) / to * to; };
+  if (requests <= 8) return requests;
+  if (requests <= 64) return round_up(requests, 8);
+  if (requests <= 256) return round_up(requests, 16);
+  return round_up(requests, 32);
+}
+
+// The launch shape of a pass: its real requests and tokens plus the
+// phantom requests that pad it. Phantoms come after the real requests, hold
+// `pad_tokens` tokens between them (each at most max_query, all at position
+// 0 with a context of one key) and read and write only the KV cache's
+// scratch block and ring, which no request owns, so they change no real
+// request's keys or logits. Their logit rows are computed and dropped.
+struct LaunchShape {
+  int requests = 0;  // real + phantom
+  int tokens = 0;    // real + pad_tokens
+  int phantoms = 0;
+  int pad_tokens = 0;
+  int table_width = 0;
+};
+
+LaunchShape PaddedShape(int requests, int tokens, int max_query, int table_width,
+                        int table_step) {
+  LaunchShape shape;
+  const int bucket = RequestBucket(requests);
+  const int padded_tokens = (tokens + max_query - 1) / max_query * max_query;
+  shape.pad_tokens = padded_tokens - tokens;
+  // Fewer than max_query pad tokens: one phantom holds them.
+  shape.phantoms = std::max(bucket - requests, shape.pad_tokens > 0 ? 1 : 0);
+  shape.requests = requests + shape.phantoms;
+  shape.tokens = padded_tokens;
+  shape.table_width = (table_width + table_step - 1) / table_step * table_step;
+  return shape;
+}
+
 class CudaLlamaModel : public ModelRunner {
  public:
   CudaLlamaModel(const ModelConfig& config, const KvCache* kv_cache, Communicator* comm,
@@ -76,6 +120,7 @@ class CudaLlamaModel : public ModelRunner {
   }
 
   void set_cuda_graphs(bool on) { cuda_graphs_ = on; }
+  void set_pad_graph_shapes(bool on) { pad_graph_shapes_ = on; }
   void set_one_shot_all_reduce(NvlinkAllReduce* all_reduce) { one_shot_ = all_reduce; }
   void set_skinny_gemm(bool on) { skinny_gemm_ = on; }
 
@@ -86,6 +131,9 @@ class CudaLlamaModel : public ModelRunner {
   bool logits_on_device_ok() const override { return true; }
   void* device_queue() const override { return stream_; }
   int64_t graph_replays() const override { return graph_replays_.load(std::memory_order_relaxed); }
+  int64_t eager_passes(EagerReason reason) const override {
+    return eager_passes_[static_cast<int>(reason)].load(std::memory_order_relaxed);
+  }
 
  private:
   // One pass over the layers for `batch`, whose requests each bring at most
@@ -99,8 +147,9 @@ class CudaLlamaModel : public ModelRunner {
   // same launch shape when one was captured, captured on the shape's second
   // use (the first runs eagerly, which also prepares the GEMM plans), else
   // run eagerly.
+  // `eager` says why a pass that is not graphable runs eagerly.
   template <typename Key>
-  absl::Status EnqueueMaybeGraph(const Key& key, bool graphable,
+  absl::Status EnqueueMaybeGraph(const Key& key, bool graphable, EagerReason eager,
                                  const std::function<absl::Status()>& enqueue);
   void DropGraphs();
   absl::Status AllReduce(void* buffer, size_t count, DataType type) {
@@ -145,8 +194,13 @@ class CudaLlamaModel : public ModelRunner {
     bool failed = false;  // capture refused: this shape stays eager
   };
   bool cuda_graphs_ = true;
+  bool pad_graph_shapes_ = true;  // LaunchShape
   NvlinkAllReduce* one_shot_ = nullptr;  // CudaModelOptions::one_shot_all_reduce
   std::atomic<int64_t> graph_replays_{0};
+  std::atomic<int64_t> eager_passes_[std::size(kEagerReasons)] = {};
+  void CountEager(EagerReason reason) {
+    eager_passes_[static_cast<int>(reason)].fetch_add(1, std::memory_order_relaxed);
+  }
   bool skinny_gemm_ = false;  // before Init
   std::map<GraphKey, GraphEntry> graphs_;
 };
@@ -160,8 +214,13 @@ void CudaLlamaModel::DropGraphs() {
 
 template <typename Key>
 absl::Status CudaLlamaModel::EnqueueMaybeGraph(const Key& key, bool graphable,
+                                               EagerReason eager,
                                                const std::function<absl::Status()>& enqueue) {
-  if (!graphable || !cuda_graphs_) return enqueue();
+  if (!cuda_graphs_) return enqueue();
+  if (!graphable) {
+    CountEager(eager);
+    return enqueue();
+  }
   // Shapes come and go with batch sizes and context buckets; a bounded cache
   // starts over rather than keeping every graph a long run has seen.
   constexpr size_t kMaxGraphs = 512;
@@ -169,7 +228,14 @@ absl::Status CudaLlamaModel::EnqueueMaybeGraph(const Key& key, bool graphable,
   GraphEntry& entry = graphs_[key];
   if (entry.exec == nullptr) {
     // The shape's first use runs eagerly; its second is captured.
-    if (entry.failed || entry.uses++ == 0) return enqueue();
+    if (entry.failed) {
+      CountEager(EagerReason::kCaptureFailed);
+      return enqueue();
+    }
+    if (entry.uses++ == 0) {
+      CountEager(EagerReason::kFirstUse);
+      return enqueue();
+    }
     VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     const absl::Status status = enqueue();
     cudaGraph_t graph = nullptr;
@@ -188,6 +254,7 @@ absl::Status CudaLlamaModel::EnqueueMaybeGraph(const Key& key, bool graphable,
       // fails the communicator, and with it the eager retry.
       cudaGetLastError();
       entry.failed = true;
+      CountEager(EagerReason::kCaptureFailed);
       return enqueue();
     }
   }
@@ -212,11 +279,14 @@ absl::Status CudaLlamaModel::Init(const WeightSource& source, int load_threads) 
   VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpy(inv_freq_.as<float>(), inv_freq.data(),
                                           inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
 
-  // The device KV cache: the KvCache's slots, bf16.
+  // The device KV cache: the KvCache's slots, bf16, and after them the
+  // phantom requests' scratch (a block on full layers, a ring on sliding
+  // ones; LaunchShape).
   const KvCacheConfig& kv = kv_cache_->config();
   for (int l = 0; l < config_.num_layers; ++l) {
-    const size_t bytes = static_cast<size_t>(kv_cache_->slots_in_layer(l)) * kv.num_kv_heads *
-                         kv.head_dim * sizeof(uint16_t);
+    const int64_t scratch = kv_cache_->is_sliding(l) ? kv_cache_->ring_size() : kv.block_size;
+    const size_t bytes = static_cast<size_t>(kv_cache_->slots_in_layer(l) + scratch) *
+                         kv.num_kv_heads * kv.head_dim * sizeof(uint16_t);
     if (absl::Status s = layers_[l].k_cache.Allocate(bytes); !s.ok()) return s;
     if (absl::Status s = layers_[l].v_cache.Allocate(bytes); !s.ok()) return s;
     layers_[l].sliding = kv_cache_->is_sliding(l);
@@ -397,11 +467,11 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
                                      const std::vector<int64_t>& dst_rows, float* logits) {
   const LocalShape& sh = shape_;
   const int b = static_cast<int>(batch.requests.size());
-  const int t = static_cast<int>(batch.num_tokens());
+  const int real_tokens = static_cast<int>(batch.num_tokens());
   const int out_rows = static_cast<int>(batch.num_logit_rows());
   const KvCacheConfig& kvc = kv_cache_->config();
   const float eps = config_.rms_norm_eps;
-  if (b == 0 || t == 0) return absl::OkStatus();
+  if (b == 0 || real_tokens == 0) return absl::OkStatus();
 
   // ---- The step's metadata, packed into one upload. ----
   int max_table = 1;
@@ -418,11 +488,27 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // and one graph, and eager and replayed steps compute the same bits.
   constexpr int kContextBucket = 256;
   const int kv_bound = (max_kv + kContextBucket - 1) / kContextBucket * kContextBucket;
+  // Graphs replay the layers, their all-reduces included where the
+  // communicator only enqueues (NCCL captures into the graph); the logits'
+  // all-gather and the per-request row copies of a partial-logits step stay
+  // eager.
+  const bool graphable = (tp_.size == 1 || comm_->CapturableInCudaGraphs()) &&
+                         out_rows == real_tokens;
+  const LaunchShape shape =
+      graphable && cuda_graphs_ && pad_graph_shapes_
+          ? PaddedShape(b, real_tokens, max_query, max_table,
+                        std::max(1, kContextBucket / kvc.block_size))
+          : LaunchShape{b, real_tokens, 0, 0, max_table};
+  const int nb = shape.requests;  // launched requests, phantoms included
+  const int t = shape.tokens;     // launched tokens
+  max_table = shape.table_width;
+  // Logit rows the LM head computes: a padded pass's phantom rows too.
+  const int head_rows = shape.phantoms > 0 ? t : out_rows;
   int moved = 0;  // step buffers reallocated by this pass
   // Offsets (in int32 elements) of each array in the packed buffer.
-  const size_t o_ids = 0, o_pos = o_ids + t, o_qstart = o_pos + t, o_kvlen = o_qstart + b + 1,
-               o_tables = o_kvlen + b, o_rings = o_tables + static_cast<size_t>(b) * max_table,
-               total = o_rings + b;
+  const size_t o_ids = 0, o_pos = o_ids + t, o_qstart = o_pos + t, o_kvlen = o_qstart + nb + 1,
+               o_tables = o_kvlen + nb, o_rings = o_tables + static_cast<size_t>(nb) * max_table,
+               total = o_rings + nb;
   // A captured graph holds the step buffers' addresses: once any of them
   // moves (even if a later reservation fails), every graph goes.
   struct DropGraphsIfMoved {
@@ -455,11 +541,27 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
       std::copy(table.begin(), table.end(), dst);
       h[o_rings + i] = std::max(0, kv_cache_->ring(r.kv_handle));
     }
-    h[o_qstart + b] = row;
+    // The phantoms: token 0 at position 0, one key, the scratch block and
+    // ring (past the KvCache's own).
+    int pad_left = shape.pad_tokens;
+    for (int i = b; i < nb; ++i) {
+      h[o_qstart + i] = row;
+      const int len = std::min(pad_left, max_query);
+      for (int k = 0; k < len; ++k, ++row) {
+        h[o_ids + row] = 0;
+        h[o_pos + row] = 0;
+      }
+      pad_left -= len;
+      h[o_kvlen + i] = 1;
+      int32_t* dst = h + o_tables + static_cast<size_t>(i) * max_table;
+      std::fill(dst, dst + max_table, kvc.num_blocks);
+      h[o_rings + i] = kvc.max_requests;
+    }
+    h[o_qstart + nb] = row;
   }
   const int32_t* d = meta_.as<int32_t>();
   PagedBatch full_batch;
-  full_batch.num_reqs = b;
+  full_batch.num_reqs = nb;
   full_batch.total_q = t;
   full_batch.q_start = d + o_qstart;
   full_batch.kv_len = d + o_kvlen;
@@ -471,14 +573,14 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   ring_batch.block_tables = d + o_rings;
 
   KvCacheLayout full_layout;
-  full_layout.num_blocks = kvc.num_blocks;
+  full_layout.num_blocks = kvc.num_blocks + 1;  // the scratch block last
   full_layout.block_size = kvc.block_size;
   full_layout.num_kv_heads = sh.kv_heads;
   full_layout.head_dim = sh.head_dim;
   full_layout.max_blocks_per_req = max_table;
   // A ring per request: slot = ring * ring_size + position % ring_size.
   KvCacheLayout ring_layout = full_layout;
-  ring_layout.num_blocks = kvc.max_requests;
+  ring_layout.num_blocks = kvc.max_requests + 1;  // the scratch ring last
   ring_layout.block_size = kv_cache_->ring_size();
   ring_layout.max_blocks_per_req = 1;
   ring_layout.ring_blocks = 1;
@@ -495,7 +597,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
         reserve(o_out_, T * sh.hidden, 2), reserve(gate_up_, T * 2 * sh.inter, 2),
         reserve(act_, T * sh.inter, 2), reserve(mlp_out_, T * sh.hidden, 2),
         reserve(selected_, static_cast<size_t>(out_rows) * sh.hidden, 2),
-        reserve(local_logits_, local_elems, 4),
+        reserve(local_logits_, static_cast<size_t>(head_rows) * sh.vocab_shard, 4),
         // Grown here, before the step's collectives are queued: cudaFree
         // waits for the whole device, without the NCCL timeout.
         reserve(gathered_, tp_.size > 1 ? local_elems * tp_.size : 0, 4),
@@ -536,7 +638,8 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   VERDICT_CUDA_RETURN_IF_ERROR(cudaEventRecord(meta_uploaded_, stream_));
   if (batch.device_token_ids != nullptr) {
     VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.as<int32_t>() + o_ids,
-                                                 batch.device_token_ids, t * sizeof(int32_t),
+                                                 batch.device_token_ids,
+                                                 real_tokens * sizeof(int32_t),
                                                  cudaMemcpyDeviceToDevice, stream_));
   }
 
@@ -616,7 +719,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
                                       sh.hidden, eps, stream_);
     if (!s.ok()) return s;
     const uint16_t* head_in = normed;
-    if (out_rows != t) {
+    if (head_rows != t) {
       // Each request's wanted rows are its last ones: one copy per request.
       int src_row = 0;
       int dst_row = 0;
@@ -637,8 +740,8 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
     }
     const uint16_t* head =
         config_.tie_word_embeddings ? embed_.as<uint16_t>() : lm_head_.as<uint16_t>();
-    return gemm_->Run(head_in, head, nullptr, local_logits_.as<float>(), out_rows, sh.vocab_shard,
-                      sh.hidden, stream_);
+    return gemm_->Run(head_in, head, nullptr, local_logits_.as<float>(), head_rows,
+                      sh.vocab_shard, sh.hidden, stream_);
   };
 
   // A pass that does not wait leaves its collectives queued, and a dead
@@ -646,13 +749,10 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // timed wait, which turns that into an error (the next pass's wait for
   // its metadata upload has no timeout).
   const bool wait = batch.wait || tp_.size > 1;
-  // Graphs replay the layers, their all-reduces included where the
-  // communicator only enqueues (NCCL captures into the graph); the logits'
-  // all-gather and the per-request row copies of a partial-logits step stay
-  // eager.
-  const bool graphable = (tp_.size == 1 || comm_->CapturableInCudaGraphs()) && out_rows == t;
-  absl::Status s =
-      EnqueueMaybeGraph(GraphKey{b, t, max_query, max_table, kv_bound}, graphable, enqueue);
+  const EagerReason eager = out_rows != real_tokens ? EagerReason::kPartialLogits
+                                                    : EagerReason::kUncapturable;
+  absl::Status s = EnqueueMaybeGraph(GraphKey{nb, t, max_query, max_table, kv_bound}, graphable,
+                                     eager, enqueue);
   if (!s.ok()) return s;
   if (out_rows == 0) {
     if (!wait) return absl::OkStatus();
@@ -742,6 +842,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaLlamaModel(const ModelCon
   if (device < 0) VERDICT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   auto model = std::make_unique<CudaLlamaModel>(config, kv_cache, device_comm, tp, device);
   model->set_cuda_graphs(options.cuda_graphs);
+  model->set_pad_graph_shapes(options.pad_graph_shapes);
   if (tp.size > 1 && options.one_shot_all_reduce != nullptr) {
     if (options.one_shot_all_reduce->world_size() != tp.size ||
         options.one_shot_all_reduce->rank() != tp.rank) {

@@ -40,6 +40,11 @@ struct CudaModelOptions {
   // when the communicator can be captured). The same kernels run either
   // way, so the logits are the same bits.
   bool cuda_graphs = true;
+  // With cuda_graphs: a graphable pass runs padded to a launch shape that
+  // repeats (phantom requests up to a request bucket, tokens up to a
+  // multiple of the longest query), so ragged steps replay graphs too. The
+  // phantoms touch only a scratch KV block and ring of their own.
+  bool pad_graph_shapes = true;
   // Products of a few rows run the skinny GEMM (kernels/model/gemm.h,
   // GemmOptions::skinny_small_m): faster for a draft's decode passes, but
   // summed in another order than larger products, so a model's decode rows

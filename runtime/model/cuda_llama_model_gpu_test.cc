@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <random>
@@ -260,6 +261,113 @@ TEST(CudaLlamaModelTest, GraphReplayEqualsEagerLaunches) {
   EXPECT_GT(models[0]->graph_replays(), 0);
   EXPECT_LT(models[0]->graph_replays(), 12);
   EXPECT_EQ(models[1]->graph_replays(), 0);
+}
+
+// Ragged steps (per-request query lengths 1 to 6, a changing subset of the
+// requests) padded to repeating launch shapes: the same logits, bit for bit,
+// as the same steps run eagerly and as graphs of the exact shapes, so the
+// phantom requests change no real request's keys or logits; and more passes
+// replay than with exact shapes. `config` with a sliding layer covers the
+// scratch ring, without one the scratch block.
+void RunRaggedPadding(const ModelConfig& config, const std::string& name) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+  RandomModelOptions random;
+  random.seed = 5;
+  random.stddev = 0.05f;
+  random.dtype = TensorDType::kBF16;
+  ASSERT_TRUE(WriteRandomModel(dir, config, random).ok());
+  auto weights = OpenCheckpointWeights(dir);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  struct Variant {
+    bool graphs;
+    bool pad;
+  };
+  const std::vector<Variant> variants = {{true, true}, {true, false}, {false, false}};
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<std::unique_ptr<ModelRunner>> models;
+  for (const Variant& v : variants) {
+    caches.push_back(MakeKvCache(config, 6));
+    ASSERT_NE(caches.back(), nullptr);
+    CudaModelOptions options;
+    options.cuda_graphs = v.graphs;
+    options.pad_graph_shapes = v.pad;
+    auto model = CreateCudaLlamaModel(config, **weights, caches.back().get(), nullptr, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    models.push_back(*std::move(model));
+  }
+  const int vocab = config.vocab_size;
+  constexpr int kRequests = 5;
+  std::mt19937 rng(31);
+  std::vector<int> handles;
+  for (auto& kv : caches) {
+    handles.clear();
+    for (int i = 0; i < kRequests; ++i) handles.push_back(*kv->Allocate(400));
+  }
+  std::vector<int64_t> next(kRequests);
+  std::vector<std::vector<int32_t>> prompts(kRequests);
+  ForwardBatch prefill;
+  for (int i = 0; i < kRequests; ++i) {
+    prompts[i] = RandomTokens(rng, 20 + 3 * i, vocab);
+    prefill.requests.push_back({handles[i], 0, prompts[i], 1});
+    next[i] = static_cast<int64_t>(prompts[i].size());
+  }
+  for (auto& m : models) {
+    std::vector<float> out(kRequests * vocab);
+    ASSERT_TRUE(m->Forward(prefill, out.data()).ok());
+  }
+  // The prefill wants one row per request: never captured (one pass, or one
+  // per chunk of the sliding layers' ring).
+  const int64_t prefill_passes =
+      models[0]->eager_passes(ModelRunner::EagerReason::kPartialLogits);
+  EXPECT_GE(prefill_passes, 1) << name;
+  for (int step = 0; step < 40; ++step) {
+    ForwardBatch verify;
+    std::vector<std::vector<int32_t>> block(kRequests);
+    for (int i = 0; i < kRequests; ++i) {
+      if (step % 4 == 3 && i % 2 == 1) continue;  // some steps leave requests out
+      block[i] = RandomTokens(rng, 1 + static_cast<int>(rng() % 6), vocab);
+      verify.requests.push_back({handles[i], next[i], block[i], -1});
+      // Accept a random prefix: the next step rewrites the rest.
+      next[i] += 1 + static_cast<int64_t>(rng() % block[i].size());
+    }
+    const size_t n = static_cast<size_t>(verify.num_logit_rows()) * vocab;
+    std::vector<std::vector<float>> out(models.size(), std::vector<float>(n, NAN));
+    for (size_t m = 0; m < models.size(); ++m) {
+      ASSERT_TRUE(models[m]->Forward(verify, out[m].data()).ok()) << name << " step " << step;
+    }
+    ASSERT_EQ(out[0], out[2]) << name << " step " << step << ": padded graphs against eager";
+    ASSERT_EQ(out[1], out[2]) << name << " step " << step << ": exact graphs against eager";
+  }
+  // The exact shapes rarely repeat; the padded ones do, once the step
+  // buffers have grown to the largest step (which drops the graphs).
+  std::printf("%s: graph replays padded %lld, exact %lld of 40 steps\n", name.c_str(),
+              static_cast<long long>(models[0]->graph_replays()),
+              static_cast<long long>(models[1]->graph_replays()));
+  EXPECT_GT(models[0]->graph_replays(), models[1]->graph_replays()) << name;
+  EXPECT_GE(models[0]->graph_replays(), 15) << name;
+  EXPECT_EQ(models[2]->graph_replays(), 0) << name;
+  // Every verify step wants all its rows: none is partial.
+  EXPECT_EQ(models[0]->eager_passes(ModelRunner::EagerReason::kPartialLogits), prefill_passes)
+      << name;
+  EXPECT_EQ(models[0]->eager_passes(ModelRunner::EagerReason::kCaptureFailed), 0) << name;
+  EXPECT_EQ(models[0]->eager_passes(ModelRunner::EagerReason::kFirstUse) +
+                models[0]->graph_replays(),
+            40)
+      << name;
+}
+
+TEST(CudaLlamaModelTest, RaggedStepsPaddedToRepeatingShapes) {
+  ModelConfig c = TinyModelConfig(ModelFamily::kLlama);
+  c.hidden_size = 256;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.intermediate_size = 512;
+  c.vocab_size = 1000;
+  RunRaggedPadding(c, "ragged_full");
+  c.sliding_window = 8;
+  c.layer_uses_sliding_window = {true, false};
+  RunRaggedPadding(c, "ragged_sliding");
 }
 
 // The draft loop's passes: token ids read from device memory and a pass

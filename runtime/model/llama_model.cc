@@ -18,6 +18,20 @@
 
 namespace verdict {
 
+const char* ModelRunner::EagerReasonName(EagerReason reason) {
+  switch (reason) {
+    case EagerReason::kFirstUse:
+      return "first_use";
+    case EagerReason::kPartialLogits:
+      return "partial_logits";
+    case EagerReason::kUncapturable:
+      return "uncapturable";
+    case EagerReason::kCaptureFailed:
+      return "capture_failed";
+  }
+  return "unknown";
+}
+
 int64_t ForwardBatch::num_tokens() const {
   int64_t n = 0;
   for (const ForwardRequest& r : requests) n += static_cast<int64_t>(r.token_ids.size());

@@ -86,6 +86,20 @@ class ModelRunner {
   // Passes replayed from a captured CUDA graph so far (the CUDA backend);
   // 0 on host backends. Safe to read while another thread runs Forward.
   virtual int64_t graph_replays() const { return 0; }
+
+  // Passes that ran eagerly although CUDA graphs are on, by why (the CUDA
+  // backend; 0 on host backends). Safe to read while Forward runs.
+  enum class EagerReason {
+    kFirstUse,       // a launch shape's first pass, and the pass that captures it
+    kPartialLogits,  // only some rows want logits (a prefill): never captured
+    kUncapturable,   // the communicator's collectives cannot be captured
+    kCaptureFailed,  // the shape's capture was refused: it stays eager
+  };
+  static constexpr EagerReason kEagerReasons[] = {
+      EagerReason::kFirstUse, EagerReason::kPartialLogits, EagerReason::kUncapturable,
+      EagerReason::kCaptureFailed};
+  static const char* EagerReasonName(EagerReason reason);
+  virtual int64_t eager_passes(EagerReason /*reason*/) const { return 0; }
 };
 
 struct CpuModelOptions {
