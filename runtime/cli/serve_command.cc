@@ -153,7 +153,7 @@ void ReportDeadEngine(const Engine& engine, const absl::Status& error) {
 absl::Status LauncherTeardownError(pid_t launcher) {
   return absl::UnavailableError(
       absl::StrCat("the launcher (pid ", launcher,
-                   ") is ending the job: a rank died or the job was stopped"));
+                   ") is ending the job: a rank died, or mpirun was told to stop"));
 }
 
 // Ends this rank without MPI: MPI_Abort would report to the launcher and
