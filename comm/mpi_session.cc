@@ -1,6 +1,7 @@
 #include "comm/mpi_session.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,12 @@ bool MpiSession::LaunchedByLauncher() {
     if (std::getenv(name) != nullptr) return true;
   }
   return false;
+}
+
+bool MpiSession::SignalFromLauncher(pid_t sender) {
+  // A process whose launcher has gone is adopted by init (or a subreaper),
+  // which is no launcher.
+  return LaunchedByLauncher() && sender > 1 && sender == getppid();
 }
 
 absl::StatusOr<std::shared_ptr<MpiSession>> MpiSession::Acquire() {

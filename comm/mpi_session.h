@@ -9,6 +9,8 @@
 #ifndef VERDICT_COMM_MPI_SESSION_H_
 #define VERDICT_COMM_MPI_SESSION_H_
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <memory>
 
@@ -28,6 +30,17 @@ class MpiSession {
   // Whether a launcher (mpirun, srun) started this process. Without one the
   // world is this process alone.
   static bool LaunchedByLauncher();
+
+  // Whether a signal from process `sender` (siginfo_t::si_pid) came from the
+  // launcher that started this process: its parent (mpirun on the first
+  // node, the node's orted elsewhere) under a launcher. Open MPI's launcher
+  // sends its ranks SIGTERM only to end the job (a rank died, a rank called
+  // MPI_Abort, mpirun itself got SIGTERM or SIGINT): SIGCONT at once,
+  // SIGTERM odls_base_sigkill_timeout (1 s) later, SIGKILL as long after
+  // that. Such a SIGTERM leaves no time to drain, and a peer may be gone. A
+  // SIGTERM from anyone else (deploy/launch.sh, an operator) is the usual
+  // request to drain.
+  static bool SignalFromLauncher(pid_t sender);
 
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;

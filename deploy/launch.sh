@@ -22,12 +22,21 @@
 #
 # Stopping: send SIGTERM (or Ctrl-C) to this script. The ranks drain
 # in-flight requests (verdict serve --drain-seconds) and exit 0. mpirun
-# itself must not get the signal: it answers SIGTERM and SIGINT by killing
-# the job one second later (Open MPI's odls_base_sigkill_timeout), which
-# cuts the drain short. So mpirun runs in a session of its own and this
-# script passes the signal to the ranks mpirun started on this node; one
-# rank's signal drains every rank. If no rank runs here, or on a second
-# signal, mpirun gets it and ends the job at once.
+# itself must not get the signal: it answers SIGTERM and SIGINT by ending
+# the job, SIGTERM to every rank one second later and SIGKILL a second
+# after that (Open MPI's odls_base_sigkill_timeout), which cuts the drain
+# short. So mpirun runs in a session of its own and this script passes the
+# signal to the ranks mpirun started on this node; one rank's signal drains
+# every rank. If no rank runs here, or on a second signal, mpirun gets it
+# and ends the job at once.
+#
+# A rank that dies (killed, crashed) makes mpirun end the job the same way.
+# The ranks tell mpirun's SIGTERM from this script's by its sender (their
+# parent): rank 0 then ends every stream with an error event and [DONE]
+# and every rank exits non-zero at once, inside that second, without
+# waiting for --comm-timeout. Raising odls_base_sigkill_timeout would not
+# buy them time: mpirun sleeps that long before the SIGTERM too, and its
+# output forwarding and MPI_Abort handling stop while it sleeps.
 set -euo pipefail
 
 tp=1

@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
-"""A stalled rank ends the whole job: `verdict serve` at TP 2 under mpirun,
-rank 1 stopped with SIGSTOP in the middle of a streamed completion.
+"""A stalled or dead rank ends the whole job: `verdict serve` at TP 2 under
+mpirun, rank 1 stopped with SIGSTOP (--signal=STOP, the default) or killed
+with SIGKILL (--signal=KILL) in the middle of a streamed completion.
 
 Within --comm-timeout plus a few seconds: rank 0 logs that the engine
 stopped (with its rank and step), the stream ends with an error event and
 [DONE], /health stops answering 200, and mpirun exits non-zero with no rank
 left running (the stopped one included).
 
-    serve_stalled_rank_test.py VERDICT LAUNCH_SH
+    serve_stalled_rank_test.py VERDICT LAUNCH_SH [--signal=STOP|KILL]
 """
 
 import http.client
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +27,14 @@ from local_mpi import local_mpi_env  # noqa: E402
 from server_probe import free_port, health  # noqa: E402
 
 VERDICT, LAUNCH = sys.argv[1], sys.argv[2]
+SIGNAL = "STOP"
+for arg in sys.argv[3:]:
+    if arg.startswith("--signal=") and arg[len("--signal="):] in ("STOP", "KILL"):
+        SIGNAL = arg[len("--signal="):]
+    else:
+        sys.exit(f"usage: {sys.argv[0]} VERDICT LAUNCH_SH [--signal=STOP|KILL], not {arg}")
+# What happened to rank 1, for the messages.
+FAULT = {"STOP": "stalled", "KILL": "was killed"}[SIGNAL]
 COMM_TIMEOUT = 3
 # Detection (the timeout), the handlers' grace (2 s) and mpirun's teardown.
 EXIT_WITHIN = COMM_TIMEOUT + 10
@@ -104,16 +114,24 @@ def main():
             time.sleep(0.05)
 
         stopped = ranks[1]
-        os.kill(stopped, signal.SIGSTOP)
+        os.kill(stopped, signal.SIGSTOP if SIGNAL == "STOP" else signal.SIGKILL)
         start = time.time()
+        # The stream ends before the process does; /health must not say 200
+        # from then on (503 while rank 0 winds down, or nothing at all).
+        reader.join(timeout=EXIT_WITHIN)
+        if reader.is_alive():
+            raise AssertionError(f"the stream still runs {EXIT_WITHIN} s after rank 1 {FAULT}")
+        streamed = time.time() - start
+        status = health(port)
+        if status == 200:
+            raise AssertionError(f"/health answers 200 after rank 1 {FAULT}")
         try:
-            code = proc.wait(timeout=EXIT_WITHIN)
+            code = proc.wait(timeout=max(start + EXIT_WITHIN - time.time(), 0))
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"the job still runs {EXIT_WITHIN} s after rank 1 stalled")
+            raise AssertionError(f"the job still runs {EXIT_WITHIN} s after rank 1 {FAULT}")
         took = time.time() - start
         if code == 0:
-            raise AssertionError("the job exited 0 after a stalled rank")
-        reader.join(timeout=10)
+            raise AssertionError(f"the job exited 0 after rank 1 {FAULT}")
 
         data = [payload for kind, payload in events if kind == "data"]
         if not data or data[-1] != "[DONE]":
@@ -134,13 +152,16 @@ def main():
         for rank, pid in ranks.items():
             if running(pid):
                 raise AssertionError(f"rank {rank} (pid {pid}) still runs {EXIT_WITHIN} s after "
-                                     f"rank 1 stalled")
+                                     f"rank 1 {FAULT}")
+        gone = time.time() - start
         log.seek(0)
         text = log.read()
-        if "verdict serve (rank 0): the engine stopped at decode step" not in text:
+        if not re.search(r"verdict serve \(rank 0\): the engine stopped at decode step [0-9]+", text):
             raise AssertionError(f"rank 0 did not report the dead engine:\n{text[-3000:]}")
-        print(f"PASS the job exited {code} {took:.1f} s after rank 1 stalled "
-              f"(--comm-timeout {COMM_TIMEOUT}); the stream ended with an error and [DONE]")
+        print(f"PASS rank 1 {FAULT} (SIG{SIGNAL}, --comm-timeout {COMM_TIMEOUT}): the stream "
+              f"ended with an error and [DONE] after {streamed:.1f} s, /health then answered "
+              f"{status}, the job exited {code} after {took:.1f} s and the last rank was gone "
+              f"after {gone:.1f} s")
     finally:
         if stopped is not None:
             try:

@@ -9,12 +9,15 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <thread>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "comm/mpi_session.h"
 #include "monitoring/metrics.h"
 #include "runtime/text/chat_template.h"
 #include "runtime/cli/engine_flags.h"
@@ -50,14 +53,54 @@ ABSL_FLAG(int, http_threads, 0,
 namespace verdict {
 namespace {
 
-// Waits for SIGTERM or SIGINT (blocked in every thread), or for `also` to
-// become true, checking every 100 ms.
-template <typename Predicate>
-void WaitForStop(const sigset_t& signals, Predicate also) {
-  const timespec tick{0, 100 * 1000 * 1000};
-  while (!also()) {
-    if (sigtimedwait(&signals, nullptr, &tick) > 0) return;
+// Watches the stop signals (SIGTERM, SIGINT: blocked in every thread) on a
+// thread of its own for as long as it lives, and tells who sent each one.
+// An operator's signal (directly or through deploy/launch.sh) asks for a
+// drain: `on_drain` runs, and the process goes on. The launcher's SIGTERM
+// (MpiSession::SignalFromLauncher) means the job is being torn down, most
+// often because a peer rank died: the collectives would wait for that peer
+// until --comm-timeout, but the launcher sends SIGKILL a second later, so
+// `on_launcher` must end this process's work at once and not return.
+class StopSignalWatcher {
+ public:
+  StopSignalWatcher(const sigset_t& signals, std::function<void()> on_drain,
+                    std::function<void(pid_t launcher)> on_launcher)
+      : signals_(signals),
+        on_drain_(std::move(on_drain)),
+        on_launcher_(std::move(on_launcher)),
+        thread_([this] { Watch(); }) {}
+  StopSignalWatcher(const StopSignalWatcher&) = delete;
+  StopSignalWatcher& operator=(const StopSignalWatcher&) = delete;
+  ~StopSignalWatcher() {
+    done_.store(true);
+    thread_.join();
   }
+
+ private:
+  void Watch() {
+    // sigtimedwait rather than sigwaitinfo, so that the destructor can end
+    // the thread within one tick.
+    const timespec tick{0, 100 * 1000 * 1000};
+    while (!done_.load()) {
+      siginfo_t info;
+      if (sigtimedwait(&signals_, &info, &tick) <= 0) continue;
+      if (MpiSession::SignalFromLauncher(info.si_pid)) on_launcher_(info.si_pid);
+      on_drain_();
+    }
+  }
+
+  const sigset_t signals_;
+  const std::function<void()> on_drain_;
+  const std::function<void(pid_t)> on_launcher_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;  // last: starts once the rest is set
+};
+
+// Waits until `stop` is true, checking every 100 ms (it reads flags that
+// other threads set without notifying anyone).
+template <typename Predicate>
+void WaitUntil(Predicate stop) {
+  while (!stop()) absl::SleepFor(absl::Milliseconds(100));
 }
 
 // --generation-config: the checkpoint's sampling defaults, said once.
@@ -90,6 +133,12 @@ absl::StatusOr<SamplingDefaults> SamplingDefaultsFromFlags(const std::string& mo
 // responses before the process exits.
 constexpr absl::Duration kDeadEngineGrace = absl::Seconds(2);
 
+// How long rank 0's handlers get to write the error events of a job the
+// launcher is tearing down: well within the second between the launcher's
+// SIGTERM and its SIGKILL (Open MPI's odls_base_sigkill_timeout, 1 s), so
+// that the process exits on its own, with its log written.
+constexpr absl::Duration kLauncherTeardownGrace = absl::Milliseconds(500);
+
 // Logged the moment the engine's loop fails, with the rank and the step.
 void ReportDeadEngine(const Engine& engine, const absl::Status& error) {
   std::fprintf(stderr,
@@ -98,6 +147,22 @@ void ReportDeadEngine(const Engine& engine, const absl::Status& error) {
                engine.rank(), static_cast<long long>(engine.stats().steps),
                error.ToString().c_str());
   std::fflush(stderr);
+}
+
+// Why the engine stops when the launcher tears the job down.
+absl::Status LauncherTeardownError(pid_t launcher) {
+  return absl::UnavailableError(
+      absl::StrCat("the launcher (pid ", launcher,
+                   ") is ending the job: a rank died, or mpirun was told to stop"));
+}
+
+// Ends this rank without MPI: MPI_Abort would report to the launcher and
+// wait for it, and the launcher is already ending the job (Open MPI's
+// daemon sleeps through odls_base_sigkill_timeout before its SIGKILL), and
+// MPI_Finalize would wait for the peers.
+[[noreturn]] void ExitForTeardown(const absl::Status& error) {
+  std::fflush(nullptr);
+  std::_Exit(AbortExitCode(error));
 }
 
 }  // namespace
@@ -133,12 +198,15 @@ int RunServeCommand(absl::Span<char* const> positional) {
   Engine& engine = *rt->engine;
 
   if (engine.rank() != 0) {
-    // Followers run the loop; a signal here drains the whole job.
-    std::thread signals([&] {
-      WaitForStop(stop_signals, [] { return false; });
-      engine.RequestDrain();
-    });
-    signals.detach();
+    // Followers run the loop; an operator's signal here drains the whole
+    // job, the launcher's ends this rank.
+    StopSignalWatcher signals(
+        stop_signals, [&engine] { engine.RequestDrain(); },
+        [&engine](pid_t launcher) {
+          const absl::Status error = LauncherTeardownError(launcher);
+          ReportDeadEngine(engine, error);
+          ExitForTeardown(error);
+        });
     absl::Status s = engine.Run();
     if (!s.ok()) {
       // A rank that cannot go on ends the whole job, so that no rank waits
@@ -238,8 +306,23 @@ int RunServeCommand(absl::Span<char* const> positional) {
                              .c_str()
                        : "");
 
-  WaitForStop(stop_signals,
-              [&] { return engine.drain_requested() || engine_dead.load(); });
+  // From here to the end, through a drain too: the launcher's SIGTERM ends
+  // every stream with the error at once, since the engine (waiting on a
+  // dead peer) will not; then this rank exits.
+  std::atomic<bool> drain_signalled{false};
+  StopSignalWatcher signals(
+      stop_signals, [&drain_signalled] { drain_signalled.store(true); },
+      [&](pid_t launcher) {
+        const absl::Status error = LauncherTeardownError(launcher);
+        engine_dead.store(true);  // /health: 503 from now on
+        metrics.SetRanksUp(0);
+        ReportDeadEngine(engine, error);
+        server.Abandon(error, kLauncherTeardownGrace);
+        ExitForTeardown(error);
+      });
+  WaitUntil([&] {
+    return drain_signalled.load() || engine.drain_requested() || engine_dead.load();
+  });
   if (engine_dead.load()) {
     // The engine has failed every request it held; give their handlers a
     // moment to write the error events and [DONE], then end every rank.

@@ -191,13 +191,20 @@ struct HttpServer::Generation {
   bool submitted ABSL_GUARDED_BY(mu) = false;
   bool cancel_requested ABSL_GUARDED_BY(mu) = false;  // by Shutdown
   bool abandoned ABSL_GUARDED_BY(mu) = false;  // Shutdown stops waiting for the engine
+  // What the client is told once abandoned.
+  absl::Status abandon_reason ABSL_GUARDED_BY(mu) =
+      absl::UnavailableError("the server shut down before the request finished");
 
   // Waits up to `timeout` for events; returns them (empty on timeout).
-  std::deque<GenerationEvent> Take(absl::Duration timeout, bool* abandoned_out) {
+  // `abandoned_out` (with the reason in `reason_out`) once the handler must
+  // stop waiting for the engine.
+  std::deque<GenerationEvent> Take(absl::Duration timeout, bool* abandoned_out,
+                                   absl::Status* reason_out) {
     absl::MutexLock lock(&mu);
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return !events.empty() || abandoned; };
     mu.AwaitWithTimeout(absl::Condition(&ready), timeout);
     *abandoned_out = abandoned && events.empty();
+    if (*abandoned_out) *reason_out = abandon_reason;
     std::deque<GenerationEvent> out;
     out.swap(events);
     return out;
@@ -307,6 +314,21 @@ void HttpServer::Shutdown(absl::Duration deadline) {
   }
   StopListener(ctx_, options_.host, port_);
   ctx_ = nullptr;
+}
+
+void HttpServer::Abandon(const absl::Status& reason, absl::Duration wait) {
+  // Not under lifecycle_mu_: a Shutdown waiting for these very requests
+  // holds it. The handlers take their reason at their next wake-up, which
+  // this one causes.
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_.empty(); };
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+  for (auto& [id, generation] : active_) {
+    absl::MutexLock generation_lock(&generation->mu);
+    generation->abandoned = true;
+    generation->abandon_reason = reason;
+  }
+  mu_.AwaitWithTimeout(absl::Condition(&idle), wait);
 }
 
 int HttpServer::in_flight() const {
@@ -517,12 +539,10 @@ int HttpServer::ServeStream(mg_connection* conn, const ApiRequest& request,
   bool client_gone = mg_write(conn, head.data(), head.size()) != static_cast<int>(head.size());
   while (!client_gone && !encoder.finished()) {
     bool abandoned = false;
-    std::deque<GenerationEvent> events = generation.Take(options_.heartbeat, &abandoned);
+    absl::Status reason;
+    std::deque<GenerationEvent> events = generation.Take(options_.heartbeat, &abandoned, &reason);
     if (abandoned) {
-      WriteChunk(conn, absl::StrCat("data: ", ErrorBody(absl::UnavailableError(
-                                                  "the server shut down before the request "
-                                                  "finished")),
-                                    "\n\ndata: [DONE]\n\n"));
+      WriteChunk(conn, absl::StrCat("data: ", ErrorBody(reason), "\n\ndata: [DONE]\n\n"));
       break;
     }
     std::string out;
@@ -547,13 +567,11 @@ int HttpServer::ServeBody(mg_connection* conn, const ApiRequest& request, Genera
   bool client_gone = false;
   while (!encoder.finished()) {
     bool abandoned = false;
-    for (const GenerationEvent& event : generation.Take(kHangUpPoll, &abandoned)) {
+    absl::Status reason;
+    for (const GenerationEvent& event : generation.Take(kHangUpPoll, &abandoned, &reason)) {
       encoder.Add(event);
     }
-    if (abandoned) {
-      return SendError(conn,
-                       absl::UnavailableError("the server shut down before the request finished"));
-    }
+    if (abandoned) return SendError(conn, reason);
     // A client that hung up cancels its request; the engine then finishes
     // it, and the loop ends with its final event.
     if (!client_gone && socket >= 0 && !encoder.finished() && PeerHungUp(socket)) {

@@ -88,6 +88,15 @@ class HttpServer {
   // handler.
   void Shutdown(absl::Duration deadline);
 
+  // For an engine that will never answer again (a peer rank is gone and the
+  // launcher is ending the job): every request in flight ends now with
+  // `reason`, without cancelling it in the engine or waiting for the engine
+  // (streams get an error event and [DONE], others the error), and new
+  // generation requests get 503. Waits up to `wait` for the handlers to
+  // have written their last bytes; the listener stays open. Safe from any
+  // thread but a request handler, during Shutdown too.
+  void Abandon(const absl::Status& reason, absl::Duration wait);
+
   // Generation requests being served now.
   int in_flight() const;
 

@@ -901,6 +901,41 @@ TEST_F(HttpServerTest, DrainDoesNotHangOnAnEngineThatNeverFinishes) {
   EXPECT_EQ(data.back(), "[DONE]");
 }
 
+// A job whose launcher is tearing it down: the engine will never answer, so
+// Abandon ends every request with its reason at once, without waiting for
+// the engine or cancelling in it, and refuses new ones.
+TEST_F(HttpServerTest, AbandonEndsEveryRequestAtOnceWithTheReason) {
+  SilentService& silent = MakeService<SilentService>();
+  HttpServerOptions options;
+  options.heartbeat = absl::Seconds(30);  // no heartbeat wakes a handler first
+  StartServer(silent, options);
+  HttpResponse streamed, whole;
+  std::thread a([&] { streamed = Fetch(port_, "POST", "/v1/completions", CompletionBody(5, true)); });
+  std::thread b([&] { whole = Fetch(port_, "POST", "/v1/completions", CompletionBody(5)); });
+  for (int i = 0; i < 500 && server_->in_flight() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(server_->in_flight(), 2);
+  const absl::Status reason = absl::UnavailableError("a rank died");
+  auto start = std::chrono::steady_clock::now();
+  server_->Abandon(reason, absl::Seconds(5));
+  // Returns once the handlers are done, not at the end of its wait.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(server_->in_flight(), 0);
+  a.join();
+  b.join();
+  EXPECT_EQ(silent.cancelled, 0);
+  ASSERT_EQ(streamed.status, 200);
+  std::vector<std::string> data = SseData(streamed.body);
+  ASSERT_EQ(data.size(), 2u) << streamed.body;
+  EXPECT_EQ(json::parse(data[0])["error"]["message"], "a rank died");
+  EXPECT_EQ(data[1], "[DONE]");
+  EXPECT_EQ(whole.status, 503);
+  EXPECT_EQ(JsonOf(whole)["error"]["message"], "a rank died");
+  EXPECT_EQ(Fetch(port_, "POST", "/v1/completions", CompletionBody(5)).status, 503);
+  EXPECT_EQ(silent.submitted, 2);
+}
+
 TEST_F(HttpServerTest, IdleShutdownIsPrompt) {
   StartServer(service_);
   EXPECT_EQ(Fetch(port_, "GET", "/health").status, 200);
