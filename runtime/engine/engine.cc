@@ -103,6 +103,10 @@ absl::StatusOr<Engine::Model> Engine::LoadModel(const ModelSource& source,
     CudaModelOptions cuda;
     cuda.cuda_graphs = options.cuda_graphs;
     cuda.pad_graph_shapes = options.pad_graph_shapes;
+    // The largest graphable pass: a full verify block per running request
+    // for the target, a catch-up of two tokens each for the draft.
+    cuda.graph_pass_tokens =
+        static_cast<int64_t>(options.max_running_requests) * (is_draft ? 2 : speculative_slots);
     cuda.skinny_gemm = is_draft;
     if (options.one_shot_all_reduce != OneShotAllReduce::kOff && device_comm != nullptr &&
         device_comm->world_size() > 1) {

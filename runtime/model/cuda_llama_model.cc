@@ -60,10 +60,9 @@ struct LocalShape {
 // Graph-replayed passes run at a launch shape that repeats from step to
 // step, so that ragged steps (compact packing, per-request draft depths)
 // find a captured graph instead of running eager: the requests padded to a
-// bucket, the tokens to a multiple of the longest query, the block-table
-// width to a multiple of the context bucket's blocks. Padding requests
-// cost little: a request without query tokens launches attention CTAs that
-// return at once.
+// bucket, the tokens to a tier, the block-table width to a multiple of the
+// context bucket's blocks. Padding requests cost little: a request without
+// query tokens launches attention CTAs that return at once.
 int RequestBucket(int requests) {
   const auto round_up = [](int n, int to) { return (n + to - 1) / to * to; };
   if (requests <= 8) return requests;
@@ -78,6 +77,12 @@ int RequestBucket(int requests) {
 // 0 with a context of one key) and read and write only the KV cache's
 // scratch block and ring, which no request owns, so they change no real
 // request's keys or logits. Their logit rows are computed and dropped.
+//
+// Token tiers are multiples of max_query x 2^k, the largest such step
+// within an eighth of the tokens: eight tiers an octave, at most 12.5%
+// padding. A padded pass of bucket B launches B + max(1, B / 8) requests,
+// enough phantoms for any such padding (it is below max(max_query, t / 8)
+// and t <= B * max_query), so the request count is the bucket's alone.
 struct LaunchShape {
   int requests = 0;  // real + phantom
   int tokens = 0;    // real + pad_tokens
@@ -90,11 +95,13 @@ LaunchShape PaddedShape(int requests, int tokens, int max_query, int table_width
                         int table_step) {
   LaunchShape shape;
   const int bucket = RequestBucket(requests);
-  const int padded_tokens = (tokens + max_query - 1) / max_query * max_query;
+  int step = max_query;
+  while (2 * step <= tokens / 8) step *= 2;
+  const int padded_tokens = (tokens + step - 1) / step * step;
   shape.pad_tokens = padded_tokens - tokens;
-  // Fewer than max_query pad tokens: one phantom holds them.
-  shape.phantoms = std::max(bucket - requests, shape.pad_tokens > 0 ? 1 : 0);
-  shape.requests = requests + shape.phantoms;
+  const int extra = shape.pad_tokens > 0 ? std::max(1, (bucket + 7) / 8) : 0;
+  shape.phantoms = bucket + extra - requests;
+  shape.requests = bucket + extra;
   shape.tokens = padded_tokens;
   shape.table_width = (table_width + table_step - 1) / table_step * table_step;
   return shape;
@@ -121,6 +128,7 @@ class CudaLlamaModel : public ModelRunner {
 
   void set_cuda_graphs(bool on) { cuda_graphs_ = on; }
   void set_pad_graph_shapes(bool on) { pad_graph_shapes_ = on; }
+  void set_graph_pass_tokens(int64_t tokens) { graph_pass_tokens_ = tokens; }
   void set_one_shot_all_reduce(NvlinkAllReduce* all_reduce) { one_shot_ = all_reduce; }
   void set_skinny_gemm(bool on) { skinny_gemm_ = on; }
 
@@ -180,9 +188,16 @@ class CudaLlamaModel : public ModelRunner {
   // that did not wait may still be reading it.
   PinnedBuffer host_meta_;
   cudaEvent_t meta_uploaded_ = nullptr;
-  DeviceBuffer meta_;
-  DeviceBuffer residual_, normed_, qkv_, attn_, o_out_, gate_up_, act_, mlp_out_;
-  DeviceBuffer selected_, local_logits_, gathered_, full_logits_, attn_workspace_;
+  struct StepBuffers {
+    DeviceBuffer meta;
+    DeviceBuffer residual, normed, qkv, attn, o_out, gate_up, act, mlp_out;
+    DeviceBuffer selected, local_logits, gathered, full_logits, attn_workspace;
+  };
+  // Graphable passes have buffers of their own, which captured graphs hold:
+  // a prefill larger than any step so far grows only the eager set, and
+  // the graphs stay.
+  StepBuffers graph_buffers_;
+  StepBuffers eager_buffers_;
 
   // Captured forward passes by launch shape: (requests, tokens, longest
   // query, block-table width, context bound). Valid while no step buffer
@@ -195,6 +210,7 @@ class CudaLlamaModel : public ModelRunner {
   };
   bool cuda_graphs_ = true;
   bool pad_graph_shapes_ = true;  // LaunchShape
+  int64_t graph_pass_tokens_ = 0;  // CudaModelOptions::graph_pass_tokens
   NvlinkAllReduce* one_shot_ = nullptr;  // CudaModelOptions::one_shot_all_reduce
   std::atomic<int64_t> graph_replays_{0};
   std::atomic<int64_t> eager_passes_[std::size(kEagerReasons)] = {};
@@ -488,12 +504,19 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // and one graph, and eager and replayed steps compute the same bits.
   constexpr int kContextBucket = 256;
   const int kv_bound = (max_kv + kContextBucket - 1) / kContextBucket * kContextBucket;
+  // A pass that wants the logits of some rows only, but of not many fewer
+  // than it has tokens (the draft catching up on the tokens it missed),
+  // computes them all, so that it can replay a graph too; a prefill keeps
+  // its per-request row copies, which stay eager.
   // Graphs replay the layers, their all-reduces included where the
-  // communicator only enqueues (NCCL captures into the graph); the logits'
-  // all-gather and the per-request row copies of a partial-logits step stay
-  // eager.
-  const bool graphable = (tp_.size == 1 || comm_->CapturableInCudaGraphs()) &&
-                         out_rows == real_tokens;
+  // communicator only enqueues (NCCL captures into the graph), and the LM
+  // head; the logits' all-gather stays eager.
+  const bool capturable = tp_.size == 1 || comm_->CapturableInCudaGraphs();
+  constexpr int kAllRowsFactor = 4;
+  const bool all_rows = cuda_graphs_ && capturable && out_rows > 0 && out_rows < real_tokens &&
+                        real_tokens <= kAllRowsFactor * out_rows;
+  const bool graphable = capturable && (out_rows == real_tokens || all_rows);
+  StepBuffers& buf = graphable && cuda_graphs_ ? graph_buffers_ : eager_buffers_;
   const LaunchShape shape =
       graphable && cuda_graphs_ && pad_graph_shapes_
           ? PaddedShape(b, real_tokens, max_query, max_table,
@@ -502,28 +525,42 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   const int nb = shape.requests;  // launched requests, phantoms included
   const int t = shape.tokens;     // launched tokens
   max_table = shape.table_width;
-  // Logit rows the LM head computes: a padded pass's phantom rows too.
-  const int head_rows = shape.phantoms > 0 ? t : out_rows;
+  // Logit rows the LM head computes: every row of a padded or all-rows
+  // pass (phantoms included), else the wanted ones.
+  const bool every_row = shape.phantoms > 0 || all_rows;
+  const int head_rows = every_row ? t : out_rows;
+  // Rows gathered across ranks and read by the copy-out: a pass that
+  // wants only some rows but computed all of them keeps them all; a padded
+  // pass's wanted rows are its first ones.
+  const int gather_rows = all_rows ? t : out_rows;
   int moved = 0;  // step buffers reallocated by this pass
   // Offsets (in int32 elements) of each array in the packed buffer.
   const size_t o_ids = 0, o_pos = o_ids + t, o_qstart = o_pos + t, o_kvlen = o_qstart + nb + 1,
                o_tables = o_kvlen + nb, o_rings = o_tables + static_cast<size_t>(nb) * max_table,
                total = o_rings + nb;
-  // A captured graph holds the step buffers' addresses: once any of them
+  // A captured graph holds the graph buffers' addresses: once any of them
   // moves (even if a later reservation fails), every graph goes.
   struct DropGraphsIfMoved {
     CudaLlamaModel* model;
     const int& moved;
+    bool holds_graphs;
     ~DropGraphsIfMoved() {
-      if (moved > 0) model->DropGraphs();
+      if (moved > 0 && holds_graphs) model->DropGraphs();
     }
-  } drop_graphs_if_moved{this, moved};
+  } drop_graphs_if_moved{this, moved, &buf == &graph_buffers_};
   // The previous pass may not have waited: its metadata upload must be done
   // before the host buffer is rewritten (or reallocated).
   VERDICT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(meta_uploaded_));
   // The host copy is uploaded outside the graphs, so it may move freely.
   if (absl::Status s = host_meta_.Reserve(total * sizeof(int32_t)); !s.ok()) return s;
-  if (absl::Status s = meta_.Reserve(total * sizeof(int32_t), &moved); !s.ok()) return s;
+  // The graphs' metadata grows with the requests' block tables, step after
+  // step: it starts at 4 MB (a million entries, 512 requests of 7,000
+  // blocks), so that it seldom moves.
+  constexpr size_t kGraphMetaFloor = size_t{1} << 20;
+  const size_t meta_entries = &buf == &graph_buffers_ ? std::max(total, kGraphMetaFloor) : total;
+  if (absl::Status s = buf.meta.Reserve(meta_entries * sizeof(int32_t), &moved); !s.ok()) {
+    return s;
+  }
   int32_t* h = host_meta_.as<int32_t>();
   {
     int row = 0;
@@ -558,8 +595,13 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
       h[o_rings + i] = kvc.max_requests;
     }
     h[o_qstart + nb] = row;
+    if (pad_left != 0 || row != t) {
+      return absl::InternalError(absl::StrCat("launch shape of ", b, " requests and ",
+                                              real_tokens, " tokens: ", pad_left,
+                                              " pad tokens without a phantom"));
+    }
   }
-  const int32_t* d = meta_.as<int32_t>();
+  const int32_t* d = buf.meta.as<int32_t>();
   PagedBatch full_batch;
   full_batch.num_reqs = nb;
   full_batch.total_q = t;
@@ -586,23 +628,29 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   ring_layout.ring_blocks = 1;
 
   // ---- Activations. ----
-  auto reserve = [&moved](DeviceBuffer& buf, size_t elements, size_t element_bytes) {
-    return buf.Reserve(elements * element_bytes, &moved);
+  auto reserve = [&moved](DeviceBuffer& buffer, size_t elements, size_t element_bytes) {
+    return buffer.Reserve(elements * element_bytes, &moved);
   };
   const size_t T = static_cast<size_t>(t);
-  const size_t local_elems = static_cast<size_t>(out_rows) * sh.vocab_shard;
+  const size_t local_elems = static_cast<size_t>(gather_rows) * sh.vocab_shard;
+  // The graph buffers start at the largest graphable pass expected
+  // (rows: tokens or logit rows of the pass).
+  const size_t expected =
+      &buf == &graph_buffers_ ? static_cast<size_t>(std::max<int64_t>(graph_pass_tokens_, 0)) : 0;
+  const auto rows = [expected](size_t n) { return std::max(n, expected); };
   for (absl::Status s :
-       {reserve(residual_, T * sh.hidden, 4), reserve(normed_, T * sh.hidden, 2),
-        reserve(qkv_, T * sh.qkv_size(), 2), reserve(attn_, T * sh.q_size(), 2),
-        reserve(o_out_, T * sh.hidden, 2), reserve(gate_up_, T * 2 * sh.inter, 2),
-        reserve(act_, T * sh.inter, 2), reserve(mlp_out_, T * sh.hidden, 2),
-        reserve(selected_, static_cast<size_t>(out_rows) * sh.hidden, 2),
-        reserve(local_logits_, static_cast<size_t>(head_rows) * sh.vocab_shard, 4),
+       {reserve(buf.residual, rows(T) * sh.hidden, 4), reserve(buf.normed, rows(T) * sh.hidden, 2),
+        reserve(buf.qkv, rows(T) * sh.qkv_size(), 2), reserve(buf.attn, rows(T) * sh.q_size(), 2),
+        reserve(buf.o_out, rows(T) * sh.hidden, 2),
+        reserve(buf.gate_up, rows(T) * 2 * sh.inter, 2),
+        reserve(buf.act, rows(T) * sh.inter, 2), reserve(buf.mlp_out, rows(T) * sh.hidden, 2),
+        reserve(buf.selected, static_cast<size_t>(out_rows) * sh.hidden, 2),
+        reserve(buf.local_logits, rows(head_rows) * sh.vocab_shard, 4),
         // Grown here, before the step's collectives are queued: cudaFree
         // waits for the whole device, without the NCCL timeout.
-        reserve(gathered_, tp_.size > 1 ? local_elems * tp_.size : 0, 4),
-        reserve(full_logits_, tp_.size > 1 ? static_cast<size_t>(out_rows) * config_.vocab_size : 0,
-                4)}) {
+        reserve(buf.gathered, tp_.size > 1 ? rows(gather_rows) * sh.vocab_shard * tp_.size : 0, 4),
+        reserve(buf.full_logits,
+                tp_.size > 1 ? rows(gather_rows) * config_.vocab_size : 0, 4)}) {
     if (!s.ok()) return s;
   }
   AttentionConfig attn_full;
@@ -615,36 +663,36 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
         workspace, l.sliding ? PagedAttentionWorkspaceBytes(ring_batch, ring_layout, attn_sliding)
                              : PagedAttentionWorkspaceBytes(full_batch, full_layout, attn_full));
   }
-  if (absl::Status s = attn_workspace_.Reserve(workspace, &moved); !s.ok()) return s;
+  if (absl::Status s = buf.attn_workspace.Reserve(workspace, &moved); !s.ok()) return s;
   if (moved > 0) {
-    DropGraphs();
+    if (&buf == &graph_buffers_) DropGraphs();
     moved = 0;
   }
 
-  float* residual = residual_.as<float>();
-  uint16_t* normed = normed_.as<uint16_t>();
-  uint16_t* qkv = qkv_.as<uint16_t>();
-  uint16_t* attn = attn_.as<uint16_t>();
-  uint16_t* o_out = o_out_.as<uint16_t>();
-  uint16_t* gate_up = gate_up_.as<uint16_t>();
-  uint16_t* act = act_.as<uint16_t>();
-  uint16_t* mlp_out = mlp_out_.as<uint16_t>();
+  float* residual = buf.residual.as<float>();
+  uint16_t* normed = buf.normed.as<uint16_t>();
+  uint16_t* qkv = buf.qkv.as<uint16_t>();
+  uint16_t* attn = buf.attn.as<uint16_t>();
+  uint16_t* o_out = buf.o_out.as<uint16_t>();
+  uint16_t* gate_up = buf.gate_up.as<uint16_t>();
+  uint16_t* act = buf.act.as<uint16_t>();
+  uint16_t* mlp_out = buf.mlp_out.as<uint16_t>();
   const int qkv_stride = sh.qkv_size();
 
   // The metadata goes up first; device-resident token ids then overwrite
   // the (placeholder) ids the host wrote.
-  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.as<int32_t>(), h, total * sizeof(int32_t),
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buf.meta.as<int32_t>(), h, total * sizeof(int32_t),
                                                cudaMemcpyHostToDevice, stream_));
   VERDICT_CUDA_RETURN_IF_ERROR(cudaEventRecord(meta_uploaded_, stream_));
   if (batch.device_token_ids != nullptr) {
-    VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.as<int32_t>() + o_ids,
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buf.meta.as<int32_t>() + o_ids,
                                                  batch.device_token_ids,
                                                  real_tokens * sizeof(int32_t),
                                                  cudaMemcpyDeviceToDevice, stream_));
   }
 
   // Everything from the embedding to the LM head's logits in
-  // local_logits_: the part a CUDA graph replays.
+  // buf.local_logits: the part a CUDA graph replays.
   auto enqueue = [&]() -> absl::Status {
     // ---- Embedding (vocab-parallel: zeros outside this rank's rows). ----
     const EmbeddingShard shard{tp_.rank * sh.vocab_shard, (tp_.rank + 1) * sh.vocab_shard,
@@ -688,7 +736,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
       if (!s.ok()) return s;
       s = InvokePagedAttention(qkv, qkv_stride, k_cache, v_cache, pb, layout,
                                w.sliding ? attn_sliding : attn_full, attn, sh.q_size(),
-                               attn_workspace_.as<void>(), attn_workspace_.bytes(), stream_);
+                               buf.attn_workspace.as<void>(), buf.attn_workspace.bytes(), stream_);
       if (!s.ok()) return s;
       // Row-parallel output projection: partial sums, the all-reduce, then the
       // bias once.
@@ -728,7 +776,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
         const int want = r.logit_rows();
         if (want > 0) {
           VERDICT_CUDA_RETURN_IF_ERROR(
-              cudaMemcpyAsync(selected_.as<uint16_t>() + static_cast<size_t>(dst_row) * sh.hidden,
+              cudaMemcpyAsync(buf.selected.as<uint16_t>() + static_cast<size_t>(dst_row) * sh.hidden,
                               normed + static_cast<size_t>(src_row + len - want) * sh.hidden,
                               static_cast<size_t>(want) * sh.hidden * sizeof(uint16_t),
                               cudaMemcpyDeviceToDevice, stream_));
@@ -736,11 +784,11 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
         src_row += len;
         dst_row += want;
       }
-      head_in = selected_.as<uint16_t>();
+      head_in = buf.selected.as<uint16_t>();
     }
     const uint16_t* head =
         config_.tie_word_embeddings ? embed_.as<uint16_t>() : lm_head_.as<uint16_t>();
-    return gemm_->Run(head_in, head, nullptr, local_logits_.as<float>(), head_rows,
+    return gemm_->Run(head_in, head, nullptr, buf.local_logits.as<float>(), head_rows,
                       sh.vocab_shard, sh.hidden, stream_);
   };
 
@@ -749,8 +797,8 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // timed wait, which turns that into an error (the next pass's wait for
   // its metadata upload has no timeout).
   const bool wait = batch.wait || tp_.size > 1;
-  const EagerReason eager = out_rows != real_tokens ? EagerReason::kPartialLogits
-                                                    : EagerReason::kUncapturable;
+  const EagerReason eager = out_rows != real_tokens && !all_rows ? EagerReason::kPartialLogits
+                                                                 : EagerReason::kUncapturable;
   absl::Status s = EnqueueMaybeGraph(GraphKey{nb, t, max_query, max_table, kv_bound}, graphable,
                                      eager, enqueue);
   if (!s.ok()) return s;
@@ -769,9 +817,9 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // vocabulary at tp 1; otherwise gather the slices and lay them side by
   // side, dropping the padding.
   const int vocab = config_.vocab_size;
-  const float* rows_on_device = local_logits_.as<float>();
+  const float* rows_on_device = buf.local_logits.as<float>();
   if (tp_.size > 1) {
-    s = comm_->AllGather(local_logits_.as<float>(), gathered_.as<float>(), local_elems,
+    s = comm_->AllGather(buf.local_logits.as<float>(), buf.gathered.as<float>(), local_elems,
                          DataType::kFloat32, stream_);
     if (!s.ok()) return s;
     for (int r = 0; r < tp_.size; ++r) {
@@ -779,27 +827,32 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
       const int64_t count = std::clamp<int64_t>(vocab - first, 0, sh.vocab_shard);
       if (count == 0) continue;
       VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
-          full_logits_.as<float>() + first, static_cast<size_t>(vocab) * sizeof(float),
-          gathered_.as<float>() + r * local_elems,
+          buf.full_logits.as<float>() + first, static_cast<size_t>(vocab) * sizeof(float),
+          buf.gathered.as<float>() + r * local_elems,
           static_cast<size_t>(sh.vocab_shard) * sizeof(float),
-          static_cast<size_t>(count) * sizeof(float), out_rows, cudaMemcpyDeviceToDevice, stream_));
+          static_cast<size_t>(count) * sizeof(float), gather_rows, cudaMemcpyDeviceToDevice,
+          stream_));
     }
-    rows_on_device = full_logits_.as<float>();
+    rows_on_device = buf.full_logits.as<float>();
   }
   // To the caller's rows (host or device memory: the copy's direction
   // follows the pointers), contiguous unless this is one pass of several.
   const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(float);
   const size_t src_pitch =
       tp_.size > 1 ? row_bytes : static_cast<size_t>(sh.vocab_shard) * sizeof(float);
+  // A request's wanted rows are its last ones: with every row computed they
+  // sit at the end of its tokens, else they follow the previous request's.
   int src_row = 0;
   for (int i = 0; i < b; ++i) {
+    const int len = static_cast<int>(batch.requests[i].token_ids.size());
     const int want = batch.requests[i].logit_rows();
+    const int first = all_rows ? src_row + len - want : src_row;
+    src_row += all_rows ? len : want;
     if (want == 0) continue;
     VERDICT_CUDA_RETURN_IF_ERROR(
         cudaMemcpy2DAsync(logits + dst_rows[i] * vocab, row_bytes,
-                          reinterpret_cast<const char*>(rows_on_device) + src_row * src_pitch,
+                          reinterpret_cast<const char*>(rows_on_device) + first * src_pitch,
                           src_pitch, row_bytes, want, cudaMemcpyDefault, stream_));
-    src_row += want;
   }
   if (!wait) return absl::OkStatus();
   if (tp_.size > 1) {
@@ -843,6 +896,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaLlamaModel(const ModelCon
   auto model = std::make_unique<CudaLlamaModel>(config, kv_cache, device_comm, tp, device);
   model->set_cuda_graphs(options.cuda_graphs);
   model->set_pad_graph_shapes(options.pad_graph_shapes);
+  model->set_graph_pass_tokens(options.graph_pass_tokens);
   if (tp.size > 1 && options.one_shot_all_reduce != nullptr) {
     if (options.one_shot_all_reduce->world_size() != tp.size ||
         options.one_shot_all_reduce->rank() != tp.rank) {

@@ -45,6 +45,11 @@ struct CudaModelOptions {
   // multiple of the longest query), so ragged steps replay graphs too. The
   // phantoms touch only a scratch KV block and ring of their own.
   bool pad_graph_shapes = true;
+  // With cuda_graphs: the tokens of the largest graphable pass expected
+  // (0: unknown). The graphs' buffers are sized for it at the first pass,
+  // so that a growing batch does not move them, which would drop every
+  // captured graph; a larger pass still grows them.
+  int64_t graph_pass_tokens = 0;
   // Products of a few rows run the skinny GEMM (kernels/model/gemm.h,
   // GemmOptions::skinny_small_m): faster for a draft's decode passes, but
   // summed in another order than larger products, so a model's decode rows
