@@ -28,6 +28,7 @@ std::optional<ProbeRequest> ParseProbe(absl::string_view head) {
   absl::string_view path = request[1].substr(0, request[1].find('?'));
   if (path != "/health" && path != "/ready") return std::nullopt;
   ProbeRequest probe{std::string(path), http11};
+  bool has_length = false;
   for (size_t i = 1; i < lines.size(); ++i) {
     absl::string_view line = lines[i];
     if (line.empty()) continue;
@@ -38,11 +39,13 @@ std::optional<ProbeRequest> ParseProbe(absl::string_view head) {
     }
     absl::string_view name = line.substr(0, colon);
     absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
-    // A body, however framed, is civetweb's to read (and to refuse).
-    if (absl::EqualsIgnoreCase(name, "Content-Length") ||
-        absl::EqualsIgnoreCase(name, "Transfer-Encoding")) {
-      return std::nullopt;
+    // A body, however framed, is civetweb's to read (and to refuse); one
+    // "Content-Length: 0" says there is none, as many clients send.
+    if (absl::EqualsIgnoreCase(name, "Content-Length")) {
+      if (has_length || value != "0") return std::nullopt;
+      has_length = true;
     }
+    if (absl::EqualsIgnoreCase(name, "Transfer-Encoding")) return std::nullopt;
     if (absl::EqualsIgnoreCase(name, "Connection")) {
       for (absl::string_view option : absl::StrSplit(value, ',')) {
         if (absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(option), "close")) {

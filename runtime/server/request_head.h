@@ -23,7 +23,7 @@ struct ProbeRequest {
 };
 
 // A "GET /health" or "GET /ready" (HTTP/1.0 or 1.1, any query string) with
-// no body: nothing of it but its path and its keep-alive matter, so the
+// no body (no Transfer-Encoding, no Content-Length but one of 0): nothing of it but its path and its keep-alive matter, so the
 // gate can answer it without civetweb. Anything else, malformed requests
 // included, is nullopt and goes on to civetweb, which answers it as
 // before. `head` is a whole head (RequestHeadLength bytes).

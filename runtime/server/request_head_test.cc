@@ -23,6 +23,7 @@ TEST(RequestHeadTest, ProbesAreRecognised) {
   ASSERT_TRUE(ready.has_value());
   EXPECT_EQ(ready->path, "/ready");
   EXPECT_FALSE(ready->keep_alive);
+  EXPECT_TRUE(ParseProbe("GET /health HTTP/1.1\r\ncontent-length: 0\r\n\r\n").has_value());
   std::optional<ProbeRequest> old = ParseProbe("GET /health HTTP/1.0\n\n");
   ASSERT_TRUE(old.has_value());
   EXPECT_FALSE(old->keep_alive);
@@ -36,7 +37,8 @@ TEST(RequestHeadTest, EverythingElseIsLeftToCivetweb) {
            "GET /v1/models HTTP/1.1\r\n\r\n",
            "GET /health HTTP/9.9\r\n\r\n",
            "GET  /health HTTP/1.1\r\n\r\n",
-           "GET /health HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+           "GET /health HTTP/1.1\r\nContent-Length: 1\r\n\r\nx",
+           "GET /health HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
            "GET /health HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n",
            "GET /health HTTP/1.1\r\n folded\r\n\r\n",
            "GET /health HTTP/1.1\r\nno colon\r\n\r\n",
