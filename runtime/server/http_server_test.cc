@@ -556,6 +556,31 @@ TEST_F(HttpServerTest, ADrippedHeadIsCutOffAtTheHeadTimeout) {
   EXPECT_TRUE(Healthy());
 }
 
+// Later requests of a kept-alive connection reach civetweb as the client
+// sends them; civetweb's keep-alive timeout bounds their heads.
+TEST_F(HttpServerTest, ADrippedHeadOnAKeptAliveConnectionIsCutOffToo) {
+  StartServer(service_);
+  HttpConnection c(port_);
+  ASSERT_TRUE(c.SendRequest("GET", "/v1/models", ""));
+  ASSERT_EQ(c.ReadResponse().status, 200);
+  const std::string head = "GET /v1/models HTTP/1.1\r\nHost: localhost\r\nX-Padding: " +
+                           std::string(100, 'x') + "\r\n\r\n";
+  const absl::Time start = absl::Now();
+  size_t sent = 0;
+  while (sent < head.size() && !c.AnswerWithin(absl::Milliseconds(100))) {
+    if (!c.Send(head.substr(sent++, 1))) break;
+  }
+  EXPECT_LT(sent, head.size());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  HttpResponse r = c.ReadResponse();
+  if (r.status != 0) {  // an answer, or the connection closed
+    EXPECT_GE(r.status, 400);
+    EXPECT_LT(r.status, 500);
+    EXPECT_TRUE(JsonOf(r)["error"]["message"].is_string()) << r.body;
+  }
+  EXPECT_TRUE(Healthy());
+}
+
 // A connection from `from` that has had one probe answered and stays
 // open (kept alive), so it counts against the caps until it closes.
 std::unique_ptr<HttpConnection> HeldConnection(int port, uint32_t from = 0) {
