@@ -99,6 +99,7 @@ struct ConnectionGate::Connection {
   bool upstream_refuses = false;    // civetweb reads no more (its socket's read side shut)
   bool close_when_flushed = false;  // the last answer is queued
   bool dead = false;
+  int answered = 0;  // probes the gate answered on this connection
   std::string token;  // kConnectionHeader's value; empty until passed on
   uint32_t client_events = 0;
   uint32_t upstream_events = 0;
@@ -454,6 +455,7 @@ void ConnectionGate::TakeHeads(Connection& c) {
     const ProbeAnswer answer = probe_(probe->path);
     c.from_client.erase(0, *length);
     c.to_client += Response(answer.status, answer.body, !probe->keep_alive, "");
+    ++c.answered;
     c.close_when_flushed = !probe->keep_alive;
     c.deadline = absl::Now() + options_.head_timeout;  // for the next request's head
   }
@@ -599,6 +601,19 @@ void ConnectionGate::CheckDeadlines(absl::Time now) {
     Connection& c = *s.connections.at(id);
     if (c.phase == Connection::Phase::kLinger) {
       Destroy(id);
+      continue;
+    }
+    if (c.answered > 0 && c.from_client.empty()) {
+      // An idle kept-alive connection: closed without a word, since a
+      // client sending its next request just then would take an answer
+      // for it.
+      c.close_when_flushed = true;
+      Pump(c);
+      if (c.dead) {
+        Destroy(id);
+      } else {
+        Watch(c);
+      }
       continue;
     }
     // The head did not arrive in time: the answer says so, and the

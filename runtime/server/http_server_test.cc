@@ -594,6 +594,22 @@ std::unique_ptr<HttpConnection> HeldConnection(int port, uint32_t from = 0) {
   return c;
 }
 
+TEST_F(HttpServerTest, AnIdleKeptAliveProbeConnectionIsClosedWithoutAnAnswer) {
+  HttpServerOptions options;
+  options.head_timeout = absl::Milliseconds(300);
+  StartServer(service_, options);
+  std::unique_ptr<HttpConnection> c = HeldConnection(port_);
+  ASSERT_NE(c, nullptr);
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(c->AnswerWithin(absl::Seconds(5)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(250));
+  // Closed, with no unasked-for 408 that a next request would take for
+  // its answer.
+  HttpResponse r = c->ReadResponse();
+  EXPECT_EQ(r.status, 0) << r.body;
+  EXPECT_TRUE(c->buffer().empty()) << c->buffer();
+}
+
 // The answer to a fresh connection's first probe from `from`.
 HttpResponse ProbeFrom(int port, uint32_t from = 0) {
   HttpConnection c(port, from);
