@@ -28,6 +28,7 @@ namespace {
 // stops reading that side, so a slow reader slows its writer down.
 constexpr size_t kMaxBuffered = size_t{256} << 10;
 constexpr size_t kReadChunk = size_t{64} << 10;
+constexpr int kReadsPerTurn = 16;
 // Connections being refused or closed that are read until the client
 // closes; past this many, a refused connection is closed at once.
 constexpr int kMaxLingering = 4096;
@@ -348,7 +349,12 @@ void ConnectionGate::Pump(Connection& c) {
   using Phase = Connection::Phase;
   // The client's bytes.
   const size_t client_room = c.phase == Phase::kHead ? options_.max_head_bytes + 1 : kMaxBuffered;
-  while (!c.client_eof && (c.phase == Phase::kLinger || c.from_client.size() < client_room)) {
+  // A bounded number of reads per turn (the epoll interest is level-
+  // triggered, so the rest waits for the next): a client that sends as
+  // fast as the gate drops its bytes must not keep the thread to itself.
+  for (int reads = 0; reads < kReadsPerTurn && !c.client_eof &&
+                      (c.phase == Phase::kLinger || c.from_client.size() < client_room);
+       ++reads) {
     const size_t want =
         c.phase == Phase::kLinger ? buf.size() : std::min(buf.size(), client_room - c.from_client.size());
     const ssize_t n = recv(c.client, buf.data(), want, 0);
