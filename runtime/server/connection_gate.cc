@@ -41,11 +41,16 @@ constexpr uint64_t kWakeKey = 1;
 
 const char* ReasonPhrase(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 408: return "Request Timeout";
-    case 429: return "Too Many Requests";
-    case 503: return "Service Unavailable";
-    default: return "Error";
+    case 200:
+      return "OK";
+    case 408:
+      return "Request Timeout";
+    case 429:
+      return "Too Many Requests";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Error";
   }
 }
 
@@ -100,7 +105,7 @@ struct ConnectionGate::Connection {
   bool upstream_refuses = false;    // civetweb reads no more (its socket's read side shut)
   bool close_when_flushed = false;  // the last answer is queued
   bool dead = false;
-  int answered = 0;  // probes the gate answered on this connection
+  int answered = 0;   // probes the gate answered on this connection
   std::string token;  // kConnectionHeader's value; empty until passed on
   uint32_t client_events = 0;
   uint32_t upstream_events = 0;
@@ -164,9 +169,9 @@ absl::Status ConnectionGate::Listen() {
   sockaddr_storage bound = {};
   socklen_t length = sizeof(bound);
   getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
-  port_ = ntohs(bound.ss_family == AF_INET6
-                    ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
-                    : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
+  port_ =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
   listen_fd_ = fd;
   return absl::OkStatus();
 }
@@ -355,8 +360,9 @@ void ConnectionGate::Pump(Connection& c) {
   for (int reads = 0; reads < kReadsPerTurn && !c.client_eof &&
                       (c.phase == Phase::kLinger || c.from_client.size() < client_room);
        ++reads) {
-    const size_t want =
-        c.phase == Phase::kLinger ? buf.size() : std::min(buf.size(), client_room - c.from_client.size());
+    const size_t want = c.phase == Phase::kLinger
+                            ? buf.size()
+                            : std::min(buf.size(), client_room - c.from_client.size());
     const ssize_t n = recv(c.client, buf.data(), want, 0);
     if (n > 0) {
       // Dropped once the answer is the last one, or when civetweb reads no more.
@@ -481,9 +487,9 @@ void ConnectionGate::PassOn(Connection& c) {
     // civetweb's accept queue is full (or the process is out of
     // descriptors): tell the client to come back.
     if (fd >= 0) close(fd);
-    c.to_client += Response(
-        503, ErrorBody(503, "the server cannot take another connection now"), /*close=*/true,
-        absl::StrCat("Retry-After: ", options_.retry_after_seconds, "\r\n"));
+    c.to_client += Response(503, ErrorBody(503, "the server cannot take another connection now"),
+                            /*close=*/true,
+                            absl::StrCat("Retry-After: ", options_.retry_after_seconds, "\r\n"));
     c.close_when_flushed = true;
     return;
   }
@@ -556,8 +562,9 @@ void ConnectionGate::Watch(Connection& c) {
   const size_t client_room = c.phase == Phase::kHead ? options_.max_head_bytes + 1 : kMaxBuffered;
   const bool read_client =
       !c.client_eof && (c.phase == Phase::kLinger || c.from_client.size() < client_room);
-  update(c.client, c.id << 1, (read_client ? EPOLLIN | EPOLLRDHUP : 0u) |
-                                  (c.to_client.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT)),
+  update(c.client, c.id << 1,
+         (read_client ? EPOLLIN | EPOLLRDHUP : 0u) |
+             (c.to_client.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT)),
          c.client_events, c.client_watched);
   if (c.upstream >= 0) {
     const bool write_upstream = !c.from_client.empty() && !c.upstream_refuses;
@@ -625,11 +632,11 @@ void ConnectionGate::CheckDeadlines(absl::Time now) {
     // The head did not arrive in time: the answer says so, and the
     // connection closes.
     c.from_client.clear();
-    c.to_client += Response(
-        408,
-        ErrorBody(408, absl::StrCat("the request head did not arrive within ",
-                                    absl::FormatDuration(options_.head_timeout))),
-        /*close=*/true, "");
+    c.to_client +=
+        Response(408,
+                 ErrorBody(408, absl::StrCat("the request head did not arrive within ",
+                                             absl::FormatDuration(options_.head_timeout))),
+                 /*close=*/true, "");
     c.close_when_flushed = true;
     Pump(c);
     if (c.dead) {

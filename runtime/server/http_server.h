@@ -15,10 +15,10 @@
 // civetweb. Each request is then served on one of civetweb's worker
 // threads, which blocks on the request's event queue until the engine's
 // next event; so num_threads bounds the concurrent requests (streams
-// included). A client
-// that goes away mid-stream is noticed at the next write (a token or an
-// idle heartbeat comment) and its request is cancelled. A full engine queue
-// answers 429 and a draining server 503, both with Retry-After.
+// included). A client that goes away mid-stream is noticed at the next
+// write (a token or an idle heartbeat comment) and its request is
+// cancelled. A full engine queue answers 429 and a draining server 503,
+// both with Retry-After.
 #ifndef VERDICT_RUNTIME_SERVER_HTTP_SERVER_H_
 #define VERDICT_RUNTIME_SERVER_HTTP_SERVER_H_
 

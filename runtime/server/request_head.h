@@ -23,10 +23,11 @@ struct ProbeRequest {
 };
 
 // A "GET /health" or "GET /ready" (HTTP/1.0 or 1.1, any query string) with
-// no body (no Transfer-Encoding, no Content-Length but one of 0): nothing of it but its path and its keep-alive matter, so the
-// gate can answer it without civetweb. Anything else, malformed requests
-// included, is nullopt and goes on to civetweb, which answers it as
-// before. `head` is a whole head (RequestHeadLength bytes).
+// no body (no Transfer-Encoding, no Content-Length but one of 0): nothing
+// of it but its path and its keep-alive matters, so the gate can answer it
+// without civetweb. Anything else, malformed requests included, is nullopt
+// and goes on to civetweb, which answers it as before. `head` is a whole
+// head (RequestHeadLength bytes).
 std::optional<ProbeRequest> ParseProbe(absl::string_view head);
 
 }  // namespace verdict
