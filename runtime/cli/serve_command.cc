@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -45,6 +46,17 @@ ABSL_FLAG(double, drain_seconds, 30,
           "serve: on SIGTERM, how long in-flight requests may finish before they are "
           "cancelled");
 ABSL_FLAG(int64_t, max_body_bytes, 1 << 20, "serve: largest request body (413 beyond)");
+ABSL_FLAG(double, header_timeout, 10,
+          "serve: seconds a client may take to send a request's line and headers (408 beyond; "
+          "no worker thread waits for them)");
+ABSL_FLAG(double, body_timeout, 10,
+          "serve: seconds a client may take to send a request's body (408 beyond)");
+ABSL_FLAG(int, max_connections, 1024,
+          "serve: HTTP connections open at once, in all (503 with Retry-After beyond; 0: no "
+          "cap). Each takes 3 file descriptors");
+ABSL_FLAG(int, max_connections_per_client, 256,
+          "serve: HTTP connections open at once from one client address (429 with Retry-After "
+          "beyond; 0: no cap)");
 ABSL_FLAG(int, http_threads, 0,
           "serve: HTTP connections served at once (each streaming client holds one); 0: one "
           "per request the engine can hold (--max-running-requests + --max-waiting-requests) "
@@ -275,6 +287,19 @@ int RunServeCommand(absl::Span<char* const> positional) {
   http.port = absl::GetFlag(FLAGS_port);
   http.api_key = absl::GetFlag(FLAGS_api_key);
   http.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
+  http.head_timeout = absl::Seconds(absl::GetFlag(FLAGS_header_timeout));
+  http.body_timeout = absl::Seconds(absl::GetFlag(FLAGS_body_timeout));
+  http.max_connections = absl::GetFlag(FLAGS_max_connections);
+  http.max_connections_per_client = absl::GetFlag(FLAGS_max_connections_per_client);
+  if (http.head_timeout <= absl::ZeroDuration() || http.body_timeout <= absl::ZeroDuration() ||
+      http.max_connections < 0 || http.max_connections_per_client < 0) {
+    std::fprintf(stderr,
+                 "verdict serve: --header-timeout and --body-timeout must be positive, "
+                 "--max-connections and --max-connections-per-client at least 0\n");
+    engine.Shutdown();
+    loop.join();
+    return 1;
+  }
   http.num_threads = absl::GetFlag(FLAGS_http_threads);
   if (http.num_threads <= 0) {
     // A streaming client holds its thread while its request runs or waits
@@ -289,6 +314,18 @@ int RunServeCommand(absl::Span<char* const> positional) {
         int64_t{engine.options().max_running_requests} +
             engine.options().max_waiting_requests + kSpareThreads,
         kMostThreads));
+  }
+  {
+    // Each open connection takes three descriptors (the client's and both
+    // ends of the one to civetweb); a soft limit of 1024, common, would
+    // run out well before --max-connections.
+    rlimit files = {};
+    const rlim_t wanted = 3 * static_cast<rlim_t>(std::max(http.max_connections, 1)) +
+                          static_cast<rlim_t>(http.num_threads) + 256;
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < wanted) {
+      files.rlim_cur = std::min(wanted, files.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &files);
+    }
   }
   http.alive = [&engine_dead] { return !engine_dead.load(); };
   HttpServer server(http, api, engine, [&engine] { return engine.ready(); });

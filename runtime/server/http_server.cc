@@ -2,17 +2,19 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -88,33 +90,24 @@ BodyResult ReadBody(mg_connection* conn, size_t limit, std::string* body) {
   }
 }
 
-// The port and printable address of a socket's end (local or peer).
-bool SocketEnd(int fd, bool peer, std::string* address, int* port) {
-  sockaddr_storage storage = {};
-  socklen_t length = sizeof(storage);
-  sockaddr* end = reinterpret_cast<sockaddr*>(&storage);
-  if ((peer ? getpeername(fd, end, &length) : getsockname(fd, end, &length)) != 0) return false;
-  char text[INET6_ADDRSTRLEN] = "";
-  if (storage.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&storage);
-    inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
-    *port = ntohs(in->sin_port);
-  } else if (storage.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&storage);
-    inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
-    *port = ntohs(in6->sin6_port);
-  } else {
-    return false;
+// The name of a unix-domain socket's end (local or peer), as the kernel
+// gives it.
+std::optional<std::string> UnixName(int fd, bool peer) {
+  sockaddr_un name = {};
+  socklen_t length = sizeof(name);
+  sockaddr* end = reinterpret_cast<sockaddr*>(&name);
+  if ((peer ? getpeername(fd, end, &length) : getsockname(fd, end, &length)) != 0 ||
+      name.sun_family != AF_UNIX) {
+    return std::nullopt;
   }
-  *address = text;
-  return true;
+  return std::string(reinterpret_cast<const char*>(&name), static_cast<size_t>(length));
 }
 
-// The socket of `conn`, or -1. civetweb does not tell a handler that its
-// client hung up, and a response sent as one body writes nothing until the
-// end; so the handler of such a request finds its connection's socket by
-// its two ends and watches it. A 4-tuple names one socket of the process.
-int ConnectionSocket(const mg_request_info* info, int server_port) {
+// The socket of this process whose peer is named `peer`, or -1. civetweb
+// does not tell a handler which socket it serves; the gate's end of each
+// connection has a name of its own, so the one socket connected to it is
+// civetweb's end.
+int SocketWithPeer(const std::string& peer) {
   DIR* fds = opendir("/proc/self/fd");
   if (fds == nullptr) return -1;
   int found = -1;
@@ -123,17 +116,35 @@ int ConnectionSocket(const mg_request_info* info, int server_port) {
     if (!absl::SimpleAtoi(entry->d_name, &fd) || fd == dirfd(fds)) continue;
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    std::string local, peer;
-    int local_port = 0, peer_port = 0;
-    if (!SocketEnd(fd, /*peer=*/false, &local, &local_port) || local_port != server_port ||
-        !SocketEnd(fd, /*peer=*/true, &peer, &peer_port) || peer_port != info->remote_port) {
-      continue;
-    }
-    // civetweb prints IPv4 peers of an IPv6 socket without the ::ffff: prefix.
-    if (peer == info->remote_addr || peer == absl::StrCat("::ffff:", info->remote_addr)) {
+    if (UnixName(fd, /*peer=*/true) == peer) {
       found = fd;
       break;
     }
+  }
+  closedir(fds);
+  return found;
+}
+
+// civetweb's listening socket: the one listening on `port` of 127.0.0.1.
+int ListenerOnPort(int port) {
+  DIR* fds = opendir("/proc/self/fd");
+  if (fds == nullptr) return -1;
+  int found = -1;
+  while (dirent* entry = readdir(fds)) {
+    int fd = -1;
+    if (!absl::SimpleAtoi(entry->d_name, &fd) || fd == dirfd(fds)) continue;
+    int listening = 0;
+    socklen_t size = sizeof(listening);
+    sockaddr_in local = {};
+    socklen_t length = sizeof(local);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) != 0 || !listening ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0 ||
+        local.sin_family != AF_INET || ntohs(local.sin_port) != port ||
+        local.sin_addr.s_addr != htonl(INADDR_LOOPBACK)) {
+      continue;
+    }
+    found = fd;
+    break;
   }
   closedir(fds);
   return found;
@@ -147,24 +158,14 @@ bool PeerHungUp(int fd) {
 
 // Stops civetweb without waiting out its listener's poll period (2 s in
 // 1.15): the listener sees the stop flag only when a poll returns, so
-// connections to the port are made until mg_stop is done.
-void StopListener(mg_context* ctx, const std::string& host, int port) {
-  std::string address = host;
-  if (address.empty() || address == "0.0.0.0") address = "127.0.0.1";
-  if (address == "::") address = "::1";
-  addrinfo hints = {};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(address.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) {
-    found = nullptr;
-  }
+// connections to its socket are made until mg_stop is done.
+void StopCivetweb(mg_context* ctx, const sockaddr_un& listener, socklen_t length) {
   std::atomic<bool> stopped{false};
   std::thread waker([&] {
-    while (found != nullptr && !stopped.load()) {
-      int fd = socket(found->ai_family, found->ai_socktype, found->ai_protocol);
+    while (length > 0 && !stopped.load()) {
+      int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
       if (fd >= 0) {
-        connect(fd, found->ai_addr, found->ai_addrlen);
+        connect(fd, reinterpret_cast<const sockaddr*>(&listener), length);
         close(fd);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -173,7 +174,6 @@ void StopListener(mg_context* ctx, const std::string& host, int port) {
   mg_stop(ctx);
   stopped = true;
   waker.join();
-  if (found != nullptr) freeaddrinfo(found);
 }
 
 uint64_t RandomSalt() {
@@ -227,23 +227,39 @@ absl::Status HttpServer::Start() {
   static std::once_flag init_once;
   std::call_once(init_once, [] { mg_init_library(0); });
 
-  const std::string host =
-      absl::StrContains(options_.host, ':') ? absl::StrCat("[", options_.host, "]") : options_.host;
-  const std::string ports = absl::StrCat(host, ":", options_.port);
+  // Connections beyond the busy workers wait in the kernel's accept queue;
+  // an overflowing queue drops handshakes that end in resets a minute
+  // later. The kernel caps it at net.core.somaxconn.
+  const int backlog = std::max({options_.num_threads, options_.max_connections, 1024});
+  ConnectionGateOptions gate_options;
+  gate_options.host = options_.host;
+  gate_options.port = options_.port;
+  gate_options.backlog = backlog;
+  gate_options.head_timeout = options_.head_timeout;
+  gate_options.max_connections = options_.max_connections;
+  gate_options.max_connections_per_client = options_.max_connections_per_client;
+  gate_options.retry_after_seconds = options_.retry_after_seconds;
+  auto gate = std::make_unique<ConnectionGate>(
+      gate_options, [this](absl::string_view path) { return Probe(path); });
+  if (absl::Status listening = gate->Listen(); !listening.ok()) return listening;
+
+  // civetweb binds a loopback port of its own, which TakeOverListener
+  // trades for a unix-domain socket before civetweb's listener thread
+  // starts: so no connection reaches civetweb but through the gate, and
+  // the process listens on no TCP port but the gate's.
   const std::string threads = absl::StrCat(options_.num_threads);
   const std::string timeout = absl::StrCat(options_.request_timeout_ms);
-  // Connections beyond the busy workers wait in the kernel's accept queue;
-  // civetweb's default (200) overflows under a burst of clients, and an
-  // overflowing queue drops handshakes that end in resets a minute later.
-  // The kernel caps it at net.core.somaxconn.
-  const std::string backlog = absl::StrCat(std::max(options_.num_threads, 1024));
-  const char* config[] = {"listening_ports",    ports.c_str(),   "num_threads",       threads.c_str(),
+  const std::string backlog_text = absl::StrCat(backlog);
+  const char* config[] = {"listening_ports",    "127.0.0.1:0",   "num_threads",       threads.c_str(),
                           "request_timeout_ms", timeout.c_str(), "enable_keep_alive", "yes",
-                          "decode_url",         "yes",           "listen_backlog",    backlog.c_str(),
+                          "decode_url",         "yes",           "listen_backlog",    backlog_text.c_str(),
                           nullptr};
+  mg_callbacks callbacks = {};
+  callbacks.init_context = [](const mg_context* ctx) {
+    static_cast<HttpServer*>(mg_get_user_data(ctx))->TakeOverListener(ctx);
+  };
   // begin_request sees every request, from the first one on, before any
   // of civetweb's own handling.
-  mg_callbacks callbacks = {};
   callbacks.begin_request = [](mg_connection* conn) {
     return static_cast<HttpServer*>(mg_get_request_info(conn)->user_data)->Route(conn);
   };
@@ -259,23 +275,64 @@ absl::Status HttpServer::Start() {
               status, mg_get_response_code_text(conn, status), body.size(), body.c_str());
     return 0;  // answered
   };
+  gate_ = std::move(gate);
+  upstream_length_ = 0;
+  takeover_error_.clear();
   mg_init_data init = {&callbacks, this, config};
   char error_text[256] = "";
   unsigned error_code = 0;
   mg_error_data error = {&error_code, error_text, sizeof(error_text)};
   ctx_ = mg_start2(&init, &error);
   if (ctx_ == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve HTTP on ", ports, ": ", error_text[0] ? error_text : "unknown"));
+    gate_.reset();
+    return absl::UnavailableError(absl::StrCat("cannot start the HTTP workers: ",
+                                               error_text[0] ? error_text : "unknown"));
   }
-  mg_server_port bound[4] = {};
-  int n = mg_get_server_ports(ctx_, 4, bound);
-  port_ = n > 0 ? bound[0].port : options_.port;
+  absl::Status started = takeover_error_.empty()
+                             ? gate_->Start(upstream_, upstream_length_)
+                             : absl::InternalError(takeover_error_);
+  if (!started.ok()) {
+    StopCivetweb(ctx_, upstream_, upstream_length_);
+    ctx_ = nullptr;
+    gate_.reset();
+    return started;
+  }
+  port_ = gate_->port();
   {
     absl::MutexLock lock(&mu_);
     draining_ = false;
   }
   return absl::OkStatus();
+}
+
+void HttpServer::TakeOverListener(const mg_context* ctx) {
+  mg_server_port ports[2] = {};
+  const int n = mg_get_server_ports(const_cast<mg_context*>(ctx), 2, ports);
+  const int tcp = n == 1 ? ListenerOnPort(ports[0].port) : -1;
+  if (tcp < 0) {
+    takeover_error_ = "cannot find civetweb's listening socket";
+    return;
+  }
+  const int unix_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  sockaddr_un name = {};
+  name.sun_family = AF_UNIX;
+  socklen_t length = sizeof(name);
+  // An empty name: the kernel picks a unique abstract one (no file).
+  // dup3 puts the new socket under the number civetweb polls and accepts
+  // on, and closes the TCP one.
+  const bool ok =
+      unix_fd >= 0 && bind(unix_fd, reinterpret_cast<sockaddr*>(&name), sizeof(sa_family_t)) == 0 &&
+      listen(unix_fd, std::max({options_.num_threads, options_.max_connections, 1024})) == 0 &&
+      getsockname(unix_fd, reinterpret_cast<sockaddr*>(&name), &length) == 0 &&
+      dup3(unix_fd, tcp, O_CLOEXEC) == tcp;
+  if (unix_fd >= 0) close(unix_fd);
+  if (!ok) {
+    takeover_error_ = absl::StrCat("cannot give civetweb a unix-domain listener: ",
+                                   std::strerror(errno));
+    return;
+  }
+  upstream_ = name;
+  upstream_length_ = length;
 }
 
 void HttpServer::Shutdown(absl::Duration deadline) {
@@ -312,8 +369,12 @@ void HttpServer::Shutdown(absl::Duration deadline) {
       mu_.Await(absl::Condition(&idle));
     }
   }
-  StopListener(ctx_, options_.host, port_);
+  // civetweb first: its connections close, and the gate relays the last
+  // of their answers; then the gate closes the port.
+  StopCivetweb(ctx_, upstream_, upstream_length_);
   ctx_ = nullptr;
+  gate_->Stop();
+  gate_.reset();
 }
 
 void HttpServer::Abandon(const absl::Status& reason, absl::Duration wait) {
@@ -365,23 +426,10 @@ int HttpServer::Route(mg_connection* conn) {
     return SendJson(conn, 400, ErrorBody(400, framing.message()), "Connection: close\r\n");
   }
 
-  if (path == "/health") {
+  if (path == "/health" || path == "/ready") {
     if (!get) return method_not_allowed("GET");
-    if (options_.alive && !options_.alive()) {
-      return SendJson(conn, 503, R"({"status":"unhealthy"})");
-    }
-    return SendJson(conn, 200, R"({"status":"ok"})");
-  }
-  if (path == "/ready") {
-    if (!get) return method_not_allowed("GET");
-    bool draining;
-    {
-      absl::MutexLock lock(&mu_);
-      draining = draining_;
-    }
-    if (draining) return SendJson(conn, 503, R"({"status":"draining"})");
-    if (ready_ && !ready_()) return SendJson(conn, 503, R"({"status":"not ready"})");
-    return SendJson(conn, 200, R"({"status":"ready"})");
+    const ProbeAnswer answer = Probe(path);
+    return SendJson(conn, answer.status, answer.body);
   }
   const bool tokenizer_path = path == kTokenizePath || path == kDetokenizePath;
   if (!absl::StartsWith(path, "/v1/") && !tokenizer_path) return not_found();
@@ -411,6 +459,45 @@ int HttpServer::Route(mg_connection* conn) {
     return SendJson(conn, 200, *model);
   }
   return not_found();
+}
+
+ProbeAnswer HttpServer::Probe(absl::string_view path) const {
+  if (path == "/health") {
+    if (options_.alive && !options_.alive()) return {503, R"({"status":"unhealthy"})"};
+    return {200, R"({"status":"ok"})"};
+  }
+  bool draining;
+  {
+    absl::MutexLock lock(&mu_);
+    draining = draining_;
+  }
+  if (draining) return {503, R"({"status":"draining"})"};
+  if (ready_ && !ready_()) return {503, R"({"status":"not ready"})"};
+  return {200, R"({"status":"ready"})"};
+}
+
+int HttpServer::ClientSocket(mg_connection* conn) const {
+  // A worker thread serves one connection at a time, and only the first
+  // request of a connection names it (the gate adds the header); later
+  // requests on the same kept-alive connection use what the first found,
+  // once the socket is seen to be connected to the same gate end still.
+  struct Found {
+    const HttpServer* server = nullptr;
+    std::string peer;
+    int fd = -1;
+  };
+  thread_local Found found;
+  const char* token = mg_get_header(conn, std::string(ConnectionGate::kConnectionHeader).c_str());
+  std::optional<std::string> peer;
+  if (token != nullptr && gate_ != nullptr) peer = gate_->UpstreamName(token);
+  if (peer.has_value()) {
+    found = {this, *peer, SocketWithPeer(*peer)};
+    return found.fd;
+  }
+  if (found.server == this && found.fd >= 0 && UnixName(found.fd, /*peer=*/true) == found.peer) {
+    return found.fd;
+  }
+  return -1;
 }
 
 bool HttpServer::Authorized(mg_connection* conn) const {
@@ -469,7 +556,7 @@ std::optional<int> HttpServer::ReceiveBody(mg_connection* conn, int socket, std:
 
 int HttpServer::HandleTokenizer(mg_connection* conn, bool tokenize) {
   // No engine is involved, so a draining server still answers these.
-  const int socket = ConnectionSocket(mg_get_request_info(conn), port_);
+  const int socket = ClientSocket(conn);
   std::string body;
   if (std::optional<int> sent = ReceiveBody(conn, socket, &body)) return *sent;
   absl::StatusOr<ApiReply> reply = tokenize ? api_.TokenizeReply(body) : api_.DetokenizeReply(body);
@@ -485,7 +572,7 @@ int HttpServer::HandleGenerate(mg_connection* conn, ApiEndpoint endpoint) {
     absl::MutexLock lock(&mu_);
     if (draining_) return SendError(conn, draining_error);
   }
-  const int socket = ConnectionSocket(mg_get_request_info(conn), port_);
+  const int socket = ClientSocket(conn);
   std::string body;
   if (std::optional<int> sent = ReceiveBody(conn, socket, &body)) return *sent;
 

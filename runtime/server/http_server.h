@@ -9,12 +9,16 @@
 // key, /v1/*, /tokenize and /detokenize need "Authorization: Bearer <key>";
 // the probes do not.
 //
-// Each request is served on one of civetweb's worker threads, which blocks
-// on the request's event queue until the engine's next event; so
-// num_threads bounds the concurrent requests (streams included). A client
-// that goes away mid-stream is noticed at the next write (a token or an
-// idle heartbeat comment) and its request is cancelled. A full engine queue
-// answers 429 and a draining server 503, both with Retry-After.
+// Connections arrive at verdict's own listener (connection_gate.h), which
+// caps them per client address and in all, bounds the time a request head
+// may take, answers /health and /ready itself, and passes the rest on to
+// civetweb. Each request is then served on one of civetweb's worker
+// threads, which blocks on the request's event queue until the engine's
+// next event; so num_threads bounds the concurrent requests (streams
+// included). A client that goes away mid-stream is noticed at the next
+// write (a token or an idle heartbeat comment) and its request is
+// cancelled. A full engine queue answers 429 and a draining server 503,
+// both with Retry-After.
 #ifndef VERDICT_RUNTIME_SERVER_HTTP_SERVER_H_
 #define VERDICT_RUNTIME_SERVER_HTTP_SERVER_H_
 
@@ -34,6 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "runtime/engine/generation.h"
+#include "runtime/server/connection_gate.h"
 #include "runtime/server/openai_api.h"
 #include "runtime/server/read_deadline.h"
 
@@ -49,7 +54,13 @@ struct HttpServerOptions {
   size_t max_body_bytes = size_t{1} << 20; // larger request bodies get 413
   int num_threads = 128;                   // concurrent connections served
   int request_timeout_ms = 30000;          // one socket read or write
+  absl::Duration head_timeout = absl::Seconds(10);  // request line and headers (408 beyond)
   absl::Duration body_timeout = absl::Seconds(10);  // a whole request body (408 beyond)
+  // Connections open at once, in all (503 beyond) and from one client
+  // address (429 beyond); 0: no cap. Each open connection takes three file
+  // descriptors (the client's and both ends of the one to civetweb).
+  int max_connections = 1024;
+  int max_connections_per_client = 256;
   absl::Duration heartbeat = absl::Seconds(5);  // idle streams send ": keep-alive"
   absl::Duration cancel_grace = absl::Seconds(2);  // Shutdown: cancel to hang-up
   int retry_after_seconds = 1;             // Retry-After of 429 and 503
@@ -104,6 +115,15 @@ class HttpServer {
   struct Generation;
 
   int Route(mg_connection* conn);
+  // The answer to GET /health or /ready (`path`), from civetweb's threads
+  // or the gate's.
+  ProbeAnswer Probe(absl::string_view path) const;
+  // The socket civetweb serves `conn` on (-1: not found), watched for the
+  // client's hang-up and shut by the body deadline.
+  int ClientSocket(mg_connection* conn) const;
+  // civetweb's init_context: trades civetweb's TCP listener for a
+  // unix-domain one that only the gate connects to.
+  void TakeOverListener(const mg_context* ctx);
   int HandleGenerate(mg_connection* conn, ApiEndpoint endpoint);
   // POST /tokenize (true) or /detokenize (false).
   int HandleTokenizer(mg_connection* conn, bool tokenize);
@@ -141,6 +161,13 @@ class HttpServer {
   absl::Mutex lifecycle_mu_;
   mg_context* ctx_ ABSL_GUARDED_BY(lifecycle_mu_) = nullptr;
   int port_ = 0;
+  // Set by Start before civetweb's threads start, reset by Shutdown after
+  // they have stopped; handlers read it without a lock.
+  std::unique_ptr<ConnectionGate> gate_;
+  // civetweb's unix-domain listener, and why taking it over failed.
+  sockaddr_un upstream_ = {};
+  socklen_t upstream_length_ = 0;
+  std::string takeover_error_;
 
   mutable absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -44,10 +45,18 @@ struct HttpResponse {
 
 class HttpConnection {
  public:
-  explicit HttpConnection(int port) {
+  // `from`: the client's own address (any loopback address; 0: the
+  // kernel's choice).
+  explicit HttpConnection(int port, uint32_t from = 0) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
     timeval timeout = {20, 0};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    if (from != 0) {
+      sockaddr_in local = {};
+      local.sin_family = AF_INET;
+      local.sin_addr.s_addr = htonl(from);
+      bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof(local));
+    }
     sockaddr_in addr = {};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -89,6 +98,13 @@ class HttpConnection {
     return true;
   }
   const std::string& buffer() const { return buffer_; }
+
+  // Whether the server has sent something (or closed) within `timeout`.
+  bool AnswerWithin(absl::Duration timeout) {
+    if (!buffer_.empty()) return true;
+    pollfd p = {fd_, POLLIN, 0};
+    return poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) > 0;
+  }
 
   // One whole response (Content-Length, chunked, or up to EOF).
   HttpResponse ReadResponse() {
@@ -510,6 +526,213 @@ TEST_F(HttpServerTest, ADrippedBodyIsCutOffAtTheBodyTimeout) {
   EXPECT_TRUE(JsonOf(r)["error"]["message"].is_string()) << r.body;
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_TRUE(service_.submitted().empty());
+  EXPECT_TRUE(Healthy());
+}
+
+TEST_F(HttpServerTest, ADrippedHeadIsCutOffAtTheHeadTimeout) {
+  HttpServerOptions options;
+  options.head_timeout = absl::Milliseconds(600);
+  StartServer(service_, options);
+  HttpConnection c(port_);
+  ASSERT_TRUE(c.connected());
+  // One byte every 100 ms: each read is quick, the head as a whole is not.
+  const std::string head = "GET /v1/models HTTP/1.1\r\nHost: localhost\r\nX-Padding: " +
+                           std::string(100, 'x') + "\r\n\r\n";
+  const absl::Time start = absl::Now();
+  size_t sent = 0;
+  while (sent < head.size() && !c.AnswerWithin(absl::Milliseconds(100))) {
+    if (!c.Send(head.substr(sent++, 1))) break;
+  }
+  const absl::Duration answered_after = absl::Now() - start;
+  RecordProperty("answered_after_ms", static_cast<int>(absl::ToInt64Milliseconds(answered_after)));
+  RecordProperty("bytes_sent", static_cast<int>(sent));
+  HttpResponse r = c.ReadResponse();
+  EXPECT_EQ(r.status, 408) << r.body;
+  EXPECT_EQ(r.headers["connection"], "close");
+  EXPECT_TRUE(JsonOf(r)["error"]["message"].is_string()) << r.body;
+  EXPECT_LT(sent, head.size());
+  EXPECT_GE(answered_after, absl::Milliseconds(550));
+  EXPECT_LT(answered_after, absl::Seconds(2));
+  // Then the connection closes.
+  EXPECT_EQ(c.ReadResponse().status, 0);
+  EXPECT_TRUE(Healthy());
+}
+
+// Later requests of a kept-alive connection reach civetweb as the client
+// sends them; civetweb's keep-alive timeout bounds their heads.
+TEST_F(HttpServerTest, ADrippedHeadOnAKeptAliveConnectionIsCutOffToo) {
+  StartServer(service_);
+  HttpConnection c(port_);
+  ASSERT_TRUE(c.SendRequest("GET", "/v1/models", ""));
+  ASSERT_EQ(c.ReadResponse().status, 200);
+  const std::string head = "GET /v1/models HTTP/1.1\r\nHost: localhost\r\nX-Padding: " +
+                           std::string(100, 'x') + "\r\n\r\n";
+  const absl::Time start = absl::Now();
+  size_t sent = 0;
+  while (sent < head.size() && !c.AnswerWithin(absl::Milliseconds(100))) {
+    if (!c.Send(head.substr(sent++, 1))) break;
+  }
+  EXPECT_LT(sent, head.size());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  HttpResponse r = c.ReadResponse();
+  if (r.status != 0) {  // an answer, or the connection closed
+    EXPECT_GE(r.status, 400);
+    EXPECT_LT(r.status, 500);
+    EXPECT_TRUE(JsonOf(r)["error"]["message"].is_string()) << r.body;
+  }
+  EXPECT_TRUE(Healthy());
+}
+
+// A connection from `from` that has had one probe answered and stays
+// open (kept alive), so it counts against the caps until it closes.
+std::unique_ptr<HttpConnection> HeldConnection(int port, uint32_t from = 0) {
+  auto c = std::make_unique<HttpConnection>(port, from);
+  if (!c->connected() || !c->Send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n") ||
+      c->ReadResponse().status != 200) {
+    return nullptr;
+  }
+  return c;
+}
+
+TEST_F(HttpServerTest, AnIdleKeptAliveProbeConnectionIsClosedWithoutAnAnswer) {
+  HttpServerOptions options;
+  options.head_timeout = absl::Milliseconds(300);
+  StartServer(service_, options);
+  std::unique_ptr<HttpConnection> c = HeldConnection(port_);
+  ASSERT_NE(c, nullptr);
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(c->AnswerWithin(absl::Seconds(5)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(250));
+  // Closed, with no unasked-for 408 that a next request would take for
+  // its answer.
+  HttpResponse r = c->ReadResponse();
+  EXPECT_EQ(r.status, 0) << r.body;
+  EXPECT_TRUE(c->buffer().empty()) << c->buffer();
+}
+
+// The answer to a fresh connection's first probe from `from`.
+HttpResponse ProbeFrom(int port, uint32_t from = 0) {
+  HttpConnection c(port, from);
+  if (!c.connected() || !c.Send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")) return {};
+  return c.ReadResponse();
+}
+
+TEST_F(HttpServerTest, ConnectionsPastThePerClientCapAre429UntilOneCloses) {
+  HttpServerOptions options;
+  options.max_connections_per_client = 3;
+  options.max_connections = 0;
+  StartServer(service_, options);
+  std::vector<std::unique_ptr<HttpConnection>> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(HeldConnection(port_));
+    ASSERT_NE(held.back(), nullptr) << i;
+  }
+  const absl::Time start = absl::Now();
+  HttpResponse refused = ProbeFrom(port_);
+  RecordProperty("refused_after_us",
+                 static_cast<int>(absl::ToInt64Microseconds(absl::Now() - start)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  EXPECT_EQ(refused.headers["retry-after"], "1");
+  EXPECT_EQ(refused.headers["content-type"], "application/json");
+  EXPECT_THAT(JsonOf(refused)["error"]["message"].get<std::string>(), HasSubstr("at most 3"));
+  // Another address has a count of its own.
+  EXPECT_EQ(ProbeFrom(port_, 0x7f000002).status, 200);  // 127.0.0.2
+  // Once one closes, a new connection is admitted, and the cap holds again.
+  held.pop_back();
+  int status = 0;
+  for (int i = 0; i < 100 && status != 200; ++i) {
+    HttpResponse r = ProbeFrom(port_);
+    status = r.status;
+    if (status != 200) {
+      EXPECT_EQ(status, 429);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  EXPECT_EQ(status, 200);
+  held.push_back(HeldConnection(port_));
+  ASSERT_NE(held.back(), nullptr);
+  EXPECT_EQ(ProbeFrom(port_).status, 429);
+}
+
+TEST_F(HttpServerTest, ConnectionsPastTheTotalCapAre503UntilOneCloses) {
+  HttpServerOptions options;
+  options.max_connections = 3;
+  options.max_connections_per_client = 0;
+  StartServer(service_, options);
+  std::vector<std::unique_ptr<HttpConnection>> held;
+  held.push_back(HeldConnection(port_, 0x7f000002));
+  held.push_back(HeldConnection(port_, 0x7f000003));
+  held.push_back(HeldConnection(port_));
+  for (const auto& c : held) ASSERT_NE(c, nullptr);
+  // Every address is refused, the generation endpoints too.
+  for (uint32_t from : {0u, 0x7f000004u}) {
+    const absl::Time start = absl::Now();
+    HttpResponse refused = ProbeFrom(port_, from);
+    RecordProperty(absl::StrCat("refused_after_us_", from == 0 ? "first" : "second"),
+                   static_cast<int>(absl::ToInt64Microseconds(absl::Now() - start)));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+    EXPECT_EQ(refused.status, 503) << refused.body;
+    EXPECT_EQ(refused.headers["retry-after"], "1");
+    EXPECT_TRUE(JsonOf(refused)["error"]["message"].is_string()) << refused.body;
+  }
+  EXPECT_EQ(Fetch(port_, "POST", "/v1/completions", CompletionBody(3)).status, 503);
+  held.erase(held.begin());
+  int status = 0;
+  for (int i = 0; i < 100 && status != 200; ++i) {
+    status = ProbeFrom(port_).status;
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(status, 200);
+  held.push_back(HeldConnection(port_));
+  ASSERT_NE(held.back(), nullptr);
+  EXPECT_EQ(ProbeFrom(port_).status, 503);
+  // The closes reach the gate a moment after the client makes them.
+  held.clear();
+  status = 0;
+  for (int i = 0; i < 100 && status != 200; ++i) {
+    status = ProbeFrom(port_).status;
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(Healthy());
+}
+
+TEST_F(HttpServerTest, ProbesAreAnsweredWhileEveryWorkerIsHeld) {
+  HttpServerOptions options;
+  options.num_threads = 2;
+  options.body_timeout = absl::Seconds(30);
+  StartServer(service_, options);
+  // Two clients that send a head and then a body far slower than they
+  // said: each holds a worker thread while its body is read.
+  std::vector<std::unique_ptr<HttpConnection>> holders;
+  for (int i = 0; i < 2; ++i) {
+    holders.push_back(std::make_unique<HttpConnection>(port_));
+    ASSERT_TRUE(holders.back()->Send(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"));
+  }
+  // And clients that send their heads slowly, which no worker waits for.
+  std::vector<std::unique_ptr<HttpConnection>> drippers;
+  for (int i = 0; i < 8; ++i) {
+    drippers.push_back(std::make_unique<HttpConnection>(port_));
+    ASSERT_TRUE(drippers.back()->Send("GET /v1/models HTTP/1.1\r\nHo"));
+  }
+  // Every worker is held: a request that needs one waits.
+  HttpConnection models(port_);
+  ASSERT_TRUE(models.Send("GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_FALSE(models.AnswerWithin(absl::Milliseconds(500)));
+  for (const char* path : {"/health", "/ready"}) {
+    const absl::Time start = absl::Now();
+    HttpResponse r = Fetch(port_, "GET", path);
+    const absl::Duration took = absl::Now() - start;
+    RecordProperty(absl::StrCat(path + 1, "_us"),
+                   static_cast<int>(absl::ToInt64Microseconds(took)));
+    EXPECT_EQ(r.status, 200) << path << ": " << r.body;
+    EXPECT_LT(took, absl::Milliseconds(200)) << path;
+  }
+  EXPECT_FALSE(models.AnswerWithin(absl::ZeroDuration()));
+  // Once the holders go, the waiting request is served.
+  holders.clear();
+  EXPECT_EQ(models.ReadResponse().status, 200);
   EXPECT_TRUE(Healthy());
 }
 
