@@ -67,13 +67,19 @@ constexpr int32_t kNoId = 0x7FFFFFFF;
 // each about 16k ids.
 constexpr int kClusterCtas = 8;
 
-// Shared-memory room for the z values of a "near the top" set (32 KB).
-constexpr int kCandidateCap = 8192;
+// Shared-memory room for the z values of a "near the top" set (the top-k
+// boundary cases of draft_sampler_gpu_test sit at it): 96 KB of
+// dynamic shared memory, so that two CTAs of 512 threads still share an SM.
+constexpr int kCandidateCap = 24576;
+constexpr size_t kCandidateBytes = kCandidateCap * sizeof(float);
 
 // The nested sets z >= max - d for these d; a 7th, implicit set is the row.
+// On logits as flat as normal(0, 3) over 152k ids the top_p 0.9 set reaches
+// about 8 below the maximum, and the set within 10 still fits the list
+// where the one within 12 would not.
 constexpr int kPivots = 6;
 __device__ __forceinline__ float PivotDistance(int j) {
-  return j < 3 ? static_cast<float>(1 << j) : 4.0f * static_cast<float>(j - 1);  // 1 2 4 8 12 16
+  return j < 4 ? static_cast<float>(1 << j) : j == 4 ? 10.0f : 16.0f;  // 1 2 4 8 10 16
 }
 
 // Left zeroed between launches: the count of finished CTAs and the complement
@@ -94,7 +100,7 @@ struct KernelArgs {
 };
 
 struct Shared {
-  float candidates[kCandidateCap];
+  float* candidates;  // the kernel's dynamic shared memory, kCandidateCap floats
   int32_t num_candidates;
   // Radix histograms: per bin, the count and the fixed-point mass. Two, used
   // by turns, so that a cluster's CTAs can fill the next round's while their
@@ -880,8 +886,17 @@ __device__ void FinishRow(const KernelArgs& a, uint64_t error_key) {
   atomicExch(&ws->done, 0u);
 }
 
+// Every launch gives each CTA kCandidateBytes of dynamic shared memory.
+extern __shared__ float candidate_memory[];
+
+__device__ void UseCandidateMemory(Shared& s) {
+  if (threadIdx.x == 0) s.candidates = candidate_memory;
+  __syncthreads();
+}
+
 __global__ void __launch_bounds__(kMaxThreads, 1) DraftSampleKernel(const __grid_constant__ KernelArgs a) {
   __shared__ Shared s;
+  UseCandidateMemory(s);
   const int32_t row = static_cast<int32_t>(blockIdx.x);
   const uint64_t error_key = row < a.in.num_rows ? SampleRow(a, row, s) : 0;
   FinishRow(a, error_key);
@@ -1037,6 +1052,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     DraftSampleSplitKernel(const __grid_constant__ KernelArgs a) {
   __shared__ Shared s;
   __shared__ SplitShared x;
+  UseCandidateMemory(s);
   cg::cluster_group cluster = cg::this_cluster();
   const int32_t row = static_cast<int32_t>(blockIdx.x / kClusterCtas);
   const uint64_t error_key = row < a.in.num_rows ? SampleSplitRow(a, row, cluster, s, x) : 0;
@@ -1060,6 +1076,22 @@ int MultiprocessorCount() {
   return count;
 }
 
+// Lets both kernels take kCandidateBytes of dynamic shared memory (above the
+// 48 KB default), once per device.
+absl::Status PrepareKernels() {
+  static std::atomic<bool> prepared[64];
+  int device = 0;
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  if (device < 0 || device >= 64) return absl::InternalError("draft sampler: device index");
+  if (prepared[device].load(std::memory_order_acquire)) return absl::OkStatus();
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      DraftSampleKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCandidateBytes));
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      DraftSampleSplitKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCandidateBytes));
+  prepared[device].store(true, std::memory_order_release);
+  return absl::OkStatus();
+}
+
 // Clusters of the split kernel the current device holds at once (0: none),
 // looked up once per device.
 int SplitClusters() {
@@ -1068,6 +1100,7 @@ int SplitClusters() {
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
   int known = counts[device].load(std::memory_order_relaxed);
   if (known == 0) {
+    if (!PrepareKernels().ok()) return 0;
     cudaLaunchConfig_t config = {};
     cudaLaunchAttribute attribute[1];
     attribute[0].id = cudaLaunchAttributeClusterDimension;
@@ -1076,6 +1109,7 @@ int SplitClusters() {
     attribute[0].val.clusterDim.z = 1;
     config.gridDim = dim3(kClusterCtas, 1, 1);
     config.blockDim = dim3(kMaxThreads, 1, 1);
+    config.dynamicSmemBytes = kCandidateBytes;
     config.attrs = attribute;
     config.numAttrs = 1;
     int clusters = 0;
@@ -1100,6 +1134,7 @@ absl::Status DraftSampleCuda(const DraftSampleInputs& in, DraftSampleOutputs* ou
     return absl::InvalidArgumentError(
         "draft sampler: the CUDA launcher needs an error record and a workspace");
   }
+  if (absl::Status prepared = PrepareKernels(); !prepared.ok()) return prepared;
   KernelArgs args;
   args.in = in;
   args.out = *out;
@@ -1118,6 +1153,7 @@ absl::Status DraftSampleCuda(const DraftSampleInputs& in, DraftSampleOutputs* ou
     attribute[0].val.clusterDim.z = 1;
     config.gridDim = dim3(static_cast<unsigned>(grid_rows * kClusterCtas), 1, 1);
     config.blockDim = dim3(kMaxThreads, 1, 1);
+    config.dynamicSmemBytes = kCandidateBytes;
     config.stream = stream;
     config.attrs = attribute;
     config.numAttrs = 1;
@@ -1125,7 +1161,7 @@ absl::Status DraftSampleCuda(const DraftSampleInputs& in, DraftSampleOutputs* ou
     return absl::OkStatus();
   }
   const int threads = grid_rows <= MultiprocessorCount() ? kMaxThreads : kMaxThreads / 2;
-  DraftSampleKernel<<<grid_rows, threads, 0, stream>>>(args);
+  DraftSampleKernel<<<grid_rows, threads, kCandidateBytes, stream>>>(args);
   VERDICT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -364,7 +364,7 @@ TEST(DraftSamplerGpuTest, ThresholdsOnTheWholeRow) {
   // then searches its (small enough) kept set.
   const std::vector<RowParams> params = {
       {1.0f, 0, 0.95f},    {0.7f, 0, 0.5f},      {1.0f, 10000, 1.0f}, {1.0f, 10000, 0.9f},
-      {1.0f, 5000, 0.9f},  {1.0f, 20000, 0.99f}, {1.0f, 8192, 0.9f},  {1.0f, 8193, 0.9f},
+      {1.0f, 5000, 0.9f},  {1.0f, 20000, 0.99f}, {1.0f, 24576, 0.9f}, {1.0f, 24577, 0.9f},
       {1.2f, 30000, 1.0f}, {1.0f, 3, 0.95f},
   };
   for (const int32_t vocab : {32000, 151936}) {
