@@ -171,7 +171,8 @@ void RunScenario(const ModelConfig& config, const std::string& name) {
   }
 }
 
-TEST(CudaLlamaModelTest, LlamaWithSlidingLayerOBiasTiedHead) {
+// A small Llama: grouped heads, head_dim 64.
+ModelConfig SmallLlamaConfig() {
   ModelConfig c = TinyModelConfig(ModelFamily::kLlama);
   c.hidden_size = 256;
   c.num_heads = 4;
@@ -179,6 +180,11 @@ TEST(CudaLlamaModelTest, LlamaWithSlidingLayerOBiasTiedHead) {
   c.head_dim = 64;
   c.intermediate_size = 512;
   c.vocab_size = 1000;
+  return c;
+}
+
+TEST(CudaLlamaModelTest, LlamaWithSlidingLayerOBiasTiedHead) {
+  ModelConfig c = SmallLlamaConfig();
   c.o_bias = true;
   c.tie_word_embeddings = true;
   c.sliding_window = 8;  // shorter than the prompts: the ring wraps
@@ -365,13 +371,7 @@ void RunRaggedPadding(const ModelConfig& config, const std::string& name) {
 }
 
 TEST(CudaLlamaModelTest, RaggedStepsPaddedToRepeatingShapes) {
-  ModelConfig c = TinyModelConfig(ModelFamily::kLlama);
-  c.hidden_size = 256;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 64;
-  c.intermediate_size = 512;
-  c.vocab_size = 1000;
+  ModelConfig c = SmallLlamaConfig();
   RunRaggedPadding(c, "ragged_full");
   c.sliding_window = 8;
   c.layer_uses_sliding_window = {true, false};
