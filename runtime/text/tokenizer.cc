@@ -2,10 +2,13 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/text/hf_tokenizer.h"
 #include "runtime/text/internal/sentencepiece_adapter.h"
+#include "runtime/text/sentencepiece_model_check.h"
 
 namespace verdict {
 
@@ -20,9 +23,18 @@ SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(
     const std::string& path) {
+  // Read here and checked before libsentencepiece parses it: the library
+  // trusts the model's normalization tries (sentencepiece_model_check.h).
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  const std::string model((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": cannot read"));
+  if (absl::Status s = CheckSentencePieceModel(model); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+  }
   auto impl = std::make_unique<Impl>();
   std::string error;
-  impl->processor = internal::SentencePieceAdapter::Load(path, &error);
+  impl->processor = internal::SentencePieceAdapter::LoadFromSerialized(model, &error);
   if (impl->processor == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": cannot load SentencePiece model: ", error));

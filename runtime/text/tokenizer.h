@@ -47,6 +47,8 @@ class Tokenizer {
 // A SentencePiece `tokenizer.model` (BPE or unigram, with byte fallback).
 class SentencePieceTokenizer : public Tokenizer {
  public:
+  // Reads the file and checks its normalization tries
+  // (sentencepiece_model_check.h) before libsentencepiece parses it.
   static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> Load(const std::string& path);
   ~SentencePieceTokenizer() override;
 

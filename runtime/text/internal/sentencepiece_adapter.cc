@@ -1,5 +1,7 @@
 #include "runtime/text/internal/sentencepiece_adapter.h"
 
+#include <exception>
+
 #include "sentencepiece_processor.h"
 
 namespace verdict {
@@ -12,12 +14,19 @@ struct SentencePieceAdapter::Impl {
 SentencePieceAdapter::SentencePieceAdapter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 SentencePieceAdapter::~SentencePieceAdapter() = default;
 
-std::unique_ptr<SentencePieceAdapter> SentencePieceAdapter::Load(const std::string& path,
-                                                                 std::string* error) {
+std::unique_ptr<SentencePieceAdapter> SentencePieceAdapter::LoadFromSerialized(
+    std::string_view model, std::string* error) {
   auto impl = std::make_unique<Impl>();
-  const sentencepiece::util::Status status = impl->processor.Load(path);
-  if (!status.ok()) {
-    *error = status.ToString();
+  // The library reports most broken models as a status, but the tries it
+  // builds (darts-clone) throw on some; that is a load error too.
+  try {
+    const sentencepiece::util::Status status = impl->processor.LoadFromSerializedProto(model);
+    if (!status.ok()) {
+      *error = status.ToString();
+      return nullptr;
+    }
+  } catch (const std::exception& e) {
+    *error = e.what();
     return nullptr;
   }
   return std::unique_ptr<SentencePieceAdapter>(new SentencePieceAdapter(std::move(impl)));

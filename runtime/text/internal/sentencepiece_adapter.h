@@ -12,8 +12,10 @@ namespace internal {
 
 class SentencePieceAdapter {
  public:
-  // nullptr and `error` set when the model cannot be loaded.
-  static std::unique_ptr<SentencePieceAdapter> Load(const std::string& path, std::string* error);
+  // From a serialized ModelProto (a tokenizer.model's bytes); nullptr and
+  // `error` set when the model cannot be loaded.
+  static std::unique_ptr<SentencePieceAdapter> LoadFromSerialized(std::string_view model,
+                                                                  std::string* error);
   ~SentencePieceAdapter();
 
   bool Encode(std::string_view text, std::vector<int>* ids, std::string* error) const;
