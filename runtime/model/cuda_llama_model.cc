@@ -63,12 +63,13 @@ struct LocalShape {
 // bucket, the tokens to a tier, the block-table width to a multiple of the
 // context bucket's blocks. Padding requests cost little: a request without
 // query tokens launches attention CTAs that return at once.
+int RoundUp(int n, int to) { return (n + to - 1) / to * to; }
+
 int RequestBucket(int requests) {
-  const auto round_up = [](int n, int to) { return (n + to - 1) / to * to; };
   if (requests <= 8) return requests;
-  if (requests <= 64) return round_up(requests, 8);
-  if (requests <= 256) return round_up(requests, 16);
-  return round_up(requests, 32);
+  if (requests <= 64) return RoundUp(requests, 8);
+  if (requests <= 256) return RoundUp(requests, 16);
+  return RoundUp(requests, 32);
 }
 
 // The launch shape of a pass: its real requests and tokens plus the
@@ -97,13 +98,13 @@ LaunchShape PaddedShape(int requests, int tokens, int max_query, int table_width
   const int bucket = RequestBucket(requests);
   int step = max_query;
   while (2 * step <= tokens / 8) step *= 2;
-  const int padded_tokens = (tokens + step - 1) / step * step;
+  const int padded_tokens = RoundUp(tokens, step);
   shape.pad_tokens = padded_tokens - tokens;
   const int extra = shape.pad_tokens > 0 ? std::max(1, (bucket + 7) / 8) : 0;
   shape.phantoms = bucket + extra - requests;
   shape.requests = bucket + extra;
   shape.tokens = padded_tokens;
-  shape.table_width = (table_width + table_step - 1) / table_step * table_step;
+  shape.table_width = RoundUp(table_width, table_step);
   return shape;
 }
 
@@ -503,22 +504,25 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // the exact length: rounded up, consecutive steps share one launch shape
   // and one graph, and eager and replayed steps compute the same bits.
   constexpr int kContextBucket = 256;
-  const int kv_bound = (max_kv + kContextBucket - 1) / kContextBucket * kContextBucket;
-  // A pass that wants the logits of some rows only, but of not many fewer
-  // than it has tokens (the draft catching up on the tokens it missed),
-  // computes them all, so that it can replay a graph too; a prefill keeps
-  // its per-request row copies, which stay eager.
+  const int kv_bound = RoundUp(max_kv, kContextBucket);
   // Graphs replay the layers, their all-reduces included where the
   // communicator only enqueues (NCCL captures into the graph), and the LM
   // head; the logits' all-gather stays eager.
   const bool capturable = tp_.size == 1 || comm_->CapturableInCudaGraphs();
+  // A pass that wants the logits of some rows only, but of not many fewer
+  // than it has tokens (the draft catching up on the tokens it missed),
+  // computes them all, so that it can replay a graph too; a prefill keeps
+  // its per-request row copies, which stay eager.
   constexpr int kAllRowsFactor = 4;
   const bool all_rows = cuda_graphs_ && capturable && out_rows > 0 && out_rows < real_tokens &&
                         real_tokens <= kAllRowsFactor * out_rows;
   const bool graphable = capturable && (out_rows == real_tokens || all_rows);
-  StepBuffers& buf = graphable && cuda_graphs_ ? graph_buffers_ : eager_buffers_;
+  // Passes that may replay use the graph buffers (and may drop the graphs
+  // when those move); the others the eager ones.
+  const bool on_graph_buffers = graphable && cuda_graphs_;
+  StepBuffers& buf = on_graph_buffers ? graph_buffers_ : eager_buffers_;
   const LaunchShape shape =
-      graphable && cuda_graphs_ && pad_graph_shapes_
+      on_graph_buffers && pad_graph_shapes_
           ? PaddedShape(b, real_tokens, max_query, max_table,
                         std::max(1, kContextBucket / kvc.block_size))
           : LaunchShape{b, real_tokens, 0, 0, max_table};
@@ -547,7 +551,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
     ~DropGraphsIfMoved() {
       if (moved > 0 && holds_graphs) model->DropGraphs();
     }
-  } drop_graphs_if_moved{this, moved, &buf == &graph_buffers_};
+  } drop_graphs_if_moved{this, moved, on_graph_buffers};
   // The previous pass may not have waited: its metadata upload must be done
   // before the host buffer is rewritten (or reallocated).
   VERDICT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(meta_uploaded_));
@@ -557,7 +561,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // step: it starts at 4 MB (a million entries, 512 requests of 7,000
   // blocks), so that it seldom moves.
   constexpr size_t kGraphMetaFloor = size_t{1} << 20;
-  const size_t meta_entries = &buf == &graph_buffers_ ? std::max(total, kGraphMetaFloor) : total;
+  const size_t meta_entries = on_graph_buffers ? std::max(total, kGraphMetaFloor) : total;
   if (absl::Status s = buf.meta.Reserve(meta_entries * sizeof(int32_t), &moved); !s.ok()) {
     return s;
   }
@@ -636,7 +640,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // The graph buffers start at the largest graphable pass expected
   // (rows: tokens or logit rows of the pass).
   const size_t expected =
-      &buf == &graph_buffers_ ? static_cast<size_t>(std::max<int64_t>(graph_pass_tokens_, 0)) : 0;
+      on_graph_buffers ? static_cast<size_t>(std::max<int64_t>(graph_pass_tokens_, 0)) : 0;
   const auto rows = [expected](size_t n) { return std::max(n, expected); };
   for (absl::Status s :
        {reserve(buf.residual, rows(T) * sh.hidden, 4), reserve(buf.normed, rows(T) * sh.hidden, 2),
@@ -665,7 +669,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   }
   if (absl::Status s = buf.attn_workspace.Reserve(workspace, &moved); !s.ok()) return s;
   if (moved > 0) {
-    if (&buf == &graph_buffers_) DropGraphs();
+    if (on_graph_buffers) DropGraphs();
     moved = 0;
   }
 
