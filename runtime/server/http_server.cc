@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -103,20 +104,15 @@ std::optional<std::string> UnixName(int fd, bool peer) {
   return std::string(reinterpret_cast<const char*>(&name), static_cast<size_t>(length));
 }
 
-// The socket of this process whose peer is named `peer`, or -1. civetweb
-// does not tell a handler which socket it serves; the gate's end of each
-// connection has a name of its own, so the one socket connected to it is
-// civetweb's end.
-int SocketWithPeer(const std::string& peer) {
+// The first open descriptor of this process that `matches`, or -1.
+int FindOwnDescriptor(absl::FunctionRef<bool(int fd)> matches) {
   DIR* fds = opendir("/proc/self/fd");
   if (fds == nullptr) return -1;
   int found = -1;
   while (dirent* entry = readdir(fds)) {
     int fd = -1;
     if (!absl::SimpleAtoi(entry->d_name, &fd) || fd == dirfd(fds)) continue;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    if (UnixName(fd, /*peer=*/true) == peer) {
+    if (matches(fd)) {
       found = fd;
       break;
     }
@@ -125,29 +121,29 @@ int SocketWithPeer(const std::string& peer) {
   return found;
 }
 
+// The socket of this process whose peer is named `peer`, or -1. civetweb
+// does not tell a handler which socket it serves; the gate's end of each
+// connection has a name of its own, so the one socket connected to it is
+// civetweb's end.
+int SocketWithPeer(const std::string& peer) {
+  return FindOwnDescriptor([&peer](int fd) {
+    struct stat st;
+    return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && UnixName(fd, /*peer=*/true) == peer;
+  });
+}
+
 // civetweb's listening socket: the one listening on `port` of 127.0.0.1.
 int ListenerOnPort(int port) {
-  DIR* fds = opendir("/proc/self/fd");
-  if (fds == nullptr) return -1;
-  int found = -1;
-  while (dirent* entry = readdir(fds)) {
-    int fd = -1;
-    if (!absl::SimpleAtoi(entry->d_name, &fd) || fd == dirfd(fds)) continue;
+  return FindOwnDescriptor([port](int fd) {
     int listening = 0;
     socklen_t size = sizeof(listening);
     sockaddr_in local = {};
     socklen_t length = sizeof(local);
-    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) != 0 || !listening ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0 ||
-        local.sin_family != AF_INET || ntohs(local.sin_port) != port ||
-        local.sin_addr.s_addr != htonl(INADDR_LOOPBACK)) {
-      continue;
-    }
-    found = fd;
-    break;
-  }
-  closedir(fds);
-  return found;
+    return getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) == 0 && listening &&
+           getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0 &&
+           local.sin_family == AF_INET && ntohs(local.sin_port) == port &&
+           local.sin_addr.s_addr == htonl(INADDR_LOOPBACK);
+  });
 }
 
 // Whether the client closed its end (or the connection broke).
