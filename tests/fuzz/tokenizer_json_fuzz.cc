@@ -5,10 +5,9 @@
 // and a tokenizer_config.json, optionally followed by another NUL byte and a
 // text to encode (JSON text holds no raw NUL, so the cut is unambiguous).
 //
-// Beyond not crashing, a tokenizer that loads must keep its own contract:
-// every id it encodes lies in [0, vocab_size()) and decodes again, and
-// decoding or streaming any ids (its own or arbitrary ones) returns text or
-// an error.
+// Beyond not crashing, a tokenizer that loads must keep its contract
+// (tests/fuzz/tokenizer_contract.h), and its ids decode with the special
+// tokens kept as well.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -22,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "runtime/text/hf_tokenizer.h"
 #include "runtime/text/tokenizer.h"
+#include "tests/fuzz/tokenizer_contract.h"
 
 namespace {
 
@@ -36,53 +36,34 @@ constexpr absl::string_view kTexts[] = {
     "",
 };
 
-void Fail(const char* what, absl::string_view text) {
-  std::fprintf(stderr, "tokenizer_json: %s (text \"%.*s\")\n", what,
-               static_cast<int>(text.size()), text.data());
-  std::abort();
-}
-
-// Streams `ids` through an IncrementalDetokenizer, as the server streams a
-// generation; errors are fine, crashes are not.
-void Stream(const verdict::Tokenizer& tokenizer, const std::vector<int32_t>& ids) {
-  verdict::IncrementalDetokenizer stream(&tokenizer);
-  for (int32_t id : ids) stream.Append(id).IgnoreError();
-  stream.Finish().IgnoreError();
-}
-
-void CheckText(const verdict::HfTokenizer& tokenizer, absl::string_view text) {
-  for (bool add_bos : {false, true}) {
-    absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(std::string_view(text.data(), text.size()), add_bos);
-    if (!ids.ok()) continue;  // not UTF-8
-    for (int32_t id : *ids) {
-      if (id < 0 || id >= tokenizer.vocab_size()) Fail("an encoded id is outside the vocabulary", text);
-    }
-    if (!tokenizer.Decode(*ids).ok()) Fail("its own ids do not decode", text);
-    if (!tokenizer.Decode(*ids, /*skip_special_tokens=*/false).ok()) {
-      Fail("its own ids do not decode with special tokens", text);
-    }
-    Stream(tokenizer, *ids);
+// What an HfTokenizer adds to the contract: its own ids decode with the
+// special tokens kept too.
+void CheckSpecialDecode(const verdict::Tokenizer& tokenizer, std::string_view text,
+                        const std::vector<int32_t>& ids) {
+  if (!tokenizer.Decode(ids, /*skip_special_tokens=*/false).ok()) {
+    verdict::fuzz::BreachOfContract("tokenizer_json",
+                                    "its own ids do not decode with special tokens", text);
   }
 }
 
-// Ids around every edge: negative, the ends of the vocabulary, BOS/EOS and
-// the byte pieces, one at a time and as one sequence.
+void CheckText(const verdict::HfTokenizer& tokenizer, absl::string_view input) {
+  const std::string_view text(input.data(), input.size());
+  verdict::fuzz::CheckText("tokenizer_json", tokenizer, text,
+                           [&](const std::vector<int32_t>& ids) {
+                             CheckSpecialDecode(tokenizer, text, ids);
+                           });
+}
+
+// The edges, the special tokens and the byte pieces.
 void CheckIds(const verdict::HfTokenizer& tokenizer) {
-  const int32_t n = tokenizer.vocab_size();
-  std::vector<int32_t> ids = {-1, 0, 1, n - 1, n, n + 1, tokenizer.bos_id(), tokenizer.eos_id(),
-                              INT32_MIN, INT32_MAX};
+  std::vector<int32_t> ids = verdict::fuzz::EdgeIds(tokenizer);
   for (int32_t id : tokenizer.special_token_ids()) ids.push_back(id);
-  for (int32_t id = 0; id < n && id < 300; ++id) {
+  for (int32_t id = 0; id < tokenizer.vocab_size() && id < 300; ++id) {
     if (tokenizer.IsBytePiece(id)) ids.push_back(id);
   }
-  for (int32_t id : ids) {
-    tokenizer.IdToPiece(id);
-    tokenizer.IsBytePiece(id);
-    tokenizer.Decode({&id, 1}).IgnoreError();
-  }
-  tokenizer.Decode(ids).IgnoreError();
+  for (int32_t id : ids) tokenizer.IsBytePiece(id);
+  verdict::fuzz::CheckIds(tokenizer, ids);
   tokenizer.Decode(ids, /*skip_special_tokens=*/false).IgnoreError();
-  Stream(tokenizer, ids);
 }
 
 }  // namespace
