@@ -82,6 +82,22 @@ std::string Response(int status, absl::string_view body, bool close,
 
 bool WouldBlock(int error) { return error == EAGAIN || error == EWOULDBLOCK || error == EINTR; }
 
+// Sends from the front of `pending` until it is empty or `fd` would block;
+// false if the socket refused (the peer is gone or shut its read side).
+bool SendPending(int fd, std::string& pending) {
+  while (!pending.empty()) {
+    const ssize_t n = send(fd, pending.data(), pending.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      pending.erase(0, static_cast<size_t>(n));
+    } else if (n < 0 && WouldBlock(errno)) {
+      return true;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 struct ConnectionGate::Connection {
@@ -381,19 +397,12 @@ void ConnectionGate::Pump(Connection& c) {
   if (c.dead) return;
   // To civetweb.
   if (c.phase == Phase::kRelay && c.upstream >= 0) {
-    while (!c.from_client.empty() && !c.upstream_refuses) {
-      const ssize_t n = send(c.upstream, c.from_client.data(), c.from_client.size(), MSG_NOSIGNAL);
-      if (n > 0) {
-        c.from_client.erase(0, static_cast<size_t>(n));
-      } else if (n < 0 && WouldBlock(errno)) {
-        break;
-      } else {
-        // civetweb shut its socket's read side (a body past its deadline)
-        // but may still be answering: keep reading its side.
-        c.upstream_refuses = true;
-        c.from_client.clear();
-      }
+    if (!c.upstream_refuses && !SendPending(c.upstream, c.from_client)) {
+      // civetweb shut its socket's read side (a body past its deadline)
+      // but may still be answering: keep reading its side.
+      c.upstream_refuses = true;
     }
+    if (c.upstream_refuses) c.from_client.clear();
     if (c.client_eof && c.from_client.empty() && !c.upstream_shut) {
       // The client's hang-up, passed on: the handler sees it as before.
       shutdown(c.upstream, SHUT_WR);
@@ -413,16 +422,9 @@ void ConnectionGate::Pump(Connection& c) {
     break;
   }
   // To the client.
-  while (!c.to_client.empty()) {
-    const ssize_t n = send(c.client, c.to_client.data(), c.to_client.size(), MSG_NOSIGNAL);
-    if (n > 0) {
-      c.to_client.erase(0, static_cast<size_t>(n));
-    } else if (n < 0 && WouldBlock(errno)) {
-      break;
-    } else {
-      c.dead = true;  // the client is gone
-      return;
-    }
+  if (!SendPending(c.client, c.to_client)) {
+    c.dead = true;  // the client is gone
+    return;
   }
   if (!c.to_client.empty()) return;
   switch (c.phase) {
