@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -228,6 +229,21 @@ void ConnectionGate::Stop() {
   }
 }
 
+bool ConnectionGate::Flush(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  if (stop_ || !thread_.joinable()) return false;
+  const uint64_t ticket = ++flushes_asked_;
+  // Under mu_, so that Stop (which sets stop_ under it) cannot have closed
+  // the eventfd yet.
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+  auto answered = [this, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || flushes_done_ >= ticket;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&answered), deadline);
+  return flushes_done_ >= ticket;
+}
+
 std::optional<std::string> ConnectionGate::UpstreamName(absl::string_view token) const {
   absl::MutexLock lock(&mu_);
   auto it = upstream_names_.find(token);
@@ -280,7 +296,32 @@ void ConnectionGate::Run() {
       CheckDeadlines(now);
       next_check = now + kTick;
     }
+    AnswerFlushes();
   }
+}
+
+bool ConnectionGate::Relayed() const {
+  for (const auto& [id, c] : state_->connections) {
+    if (c->phase != Connection::Phase::kRelay) continue;
+    if (!c->to_client.empty()) return false;
+    int unread = 0;
+    if (c->upstream >= 0 && ioctl(c->upstream, FIONREAD, &unread) == 0 && unread > 0) return false;
+  }
+  return true;
+}
+
+void ConnectionGate::AnswerFlushes() {
+  uint64_t asked;
+  {
+    absl::MutexLock lock(&mu_);
+    if (flushes_done_ == flushes_asked_) return;
+    asked = flushes_asked_;
+  }
+  // The calls numbered up to `asked` were made before this check, so the
+  // bytes they wait for were in the sockets or buffers it looks at.
+  if (!Relayed()) return;
+  absl::MutexLock lock(&mu_);
+  flushes_done_ = asked;
 }
 
 void ConnectionGate::Accept() {

@@ -86,7 +86,16 @@ class ConnectionGate {
   absl::Status Start(const sockaddr_un& upstream, socklen_t upstream_length);
 
   // Closes the listener and every connection, and joins the thread.
+  // Bytes civetweb wrote that the gate has not relayed yet are lost: call
+  // Flush first.
   void Stop();
+
+  // Waits until every byte civetweb had written to a relayed connection
+  // when Flush was called has been handed to the client's socket (from
+  // there the kernel delivers it, even after this process has exited), or
+  // until `deadline`; false at the deadline, or once the gate has stopped.
+  // A client that reads nothing makes Flush wait for the deadline.
+  bool Flush(absl::Time deadline);
 
   // The address (as getsockname returns it) of the gate's end of the unix
   // connection that carries the connection `token` named in
@@ -116,6 +125,11 @@ class ConnectionGate {
   void Watch(Connection& c);
   void Destroy(uint64_t id);
   void CheckDeadlines(absl::Time now);
+  // Whether every relayed connection has handed all civetweb wrote to it
+  // to the client's socket.
+  bool Relayed() const;
+  // Answers the Flush calls made before this check, if Relayed().
+  void AnswerFlushes();
 
   const ConnectionGateOptions options_;
   const std::function<ProbeAnswer(absl::string_view)> probe_;
@@ -133,6 +147,9 @@ class ConnectionGate {
 
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Flush calls are numbered; the thread answers all up to flushes_done_.
+  uint64_t flushes_asked_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t flushes_done_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, std::string> upstream_names_ ABSL_GUARDED_BY(mu_);
   int open_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -39,6 +39,10 @@ namespace {
 // remembered (a client inventing names must not grow the set forever).
 constexpr size_t kMaxLoggedFields = 1024;
 
+// How long a shutdown waits, after civetweb has stopped, for the gate to
+// relay the last answers to clients that read slowly.
+constexpr absl::Duration kLastBytesGrace = absl::Seconds(1);
+
 constexpr absl::string_view kCompletionsPath = "/v1/completions";
 constexpr absl::string_view kChatPath = "/v1/chat/completions";
 constexpr absl::string_view kModelsPath = "/v1/models";
@@ -366,11 +370,12 @@ void HttpServer::Shutdown(absl::Duration deadline) {
     }
   }
   // civetweb first: its connections close, and the gate relays the last
-  // of their answers; then the gate closes the port.
+  // of their answers; then the gate closes the port. The gate is kept (a
+  // stopped one) so that an Abandon running now can still call it.
   StopCivetweb(ctx_, upstream_, upstream_length_);
   ctx_ = nullptr;
+  gate_->Flush(absl::Now() + kLastBytesGrace);
   gate_->Stop();
-  gate_.reset();
 }
 
 void HttpServer::Abandon(const absl::Status& reason, absl::Duration wait) {
@@ -378,14 +383,20 @@ void HttpServer::Abandon(const absl::Status& reason, absl::Duration wait) {
   // holds it. The handlers take their reason at their next wake-up, which
   // this one causes.
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_.empty(); };
-  absl::MutexLock lock(&mu_);
-  draining_ = true;
-  for (auto& [id, generation] : active_) {
-    absl::MutexLock generation_lock(&generation->mu);
-    generation->abandoned = true;
-    generation->abandon_reason = reason;
+  const absl::Time deadline = absl::Now() + wait;
+  {
+    absl::MutexLock lock(&mu_);
+    draining_ = true;
+    for (auto& [id, generation] : active_) {
+      absl::MutexLock generation_lock(&generation->mu);
+      generation->abandoned = true;
+      generation->abandon_reason = reason;
+    }
+    mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
   }
-  mu_.AwaitWithTimeout(absl::Condition(&idle), wait);
+  // The handlers' last bytes are in civetweb's sockets; the caller is
+  // about to end the process, so they must reach the clients' sockets.
+  if (gate_ != nullptr) gate_->Flush(deadline);
 }
 
 int HttpServer::in_flight() const {

@@ -104,7 +104,9 @@ class HttpServer {
   // `reason`, without cancelling it in the engine or waiting for the engine
   // (streams get an error event and [DONE], others the error), and new
   // generation requests get 503. Waits up to `wait` for the handlers to
-  // have written their last bytes; the listener stays open. Safe from any
+  // have written their last bytes and for the gate to have handed them to
+  // the clients' sockets, so that the process may exit right after; the
+  // listener stays open. Safe from any
   // thread but a request handler, during Shutdown too.
   void Abandon(const absl::Status& reason, absl::Duration wait);
 
@@ -161,8 +163,9 @@ class HttpServer {
   absl::Mutex lifecycle_mu_;
   mg_context* ctx_ ABSL_GUARDED_BY(lifecycle_mu_) = nullptr;
   int port_ = 0;
-  // Set by Start before civetweb's threads start, reset by Shutdown after
-  // they have stopped; handlers read it without a lock.
+  // Set by Start before civetweb's threads start and stopped by Shutdown
+  // after they have; kept until the next Start or the destructor, so that
+  // handlers and Abandon read it without a lock.
   std::unique_ptr<ConnectionGate> gate_;
   // civetweb's unix-domain listener, and why taking it over failed.
   sockaddr_un upstream_ = {};
