@@ -253,6 +253,28 @@ absl::StatusOr<CostTable> CostTable::FromJson(std::string_view text) {
       draft_pass_seconds.push_back(*t);
     }
   }
+  std::vector<double> one_pass_draft_seconds;
+  if (auto one_pass = doc.find("one_pass_draft_seconds"); one_pass != doc.end()) {
+    if (draft_passes == 0) {
+      return absl::InvalidArgumentError(
+          "cost table: 'one_pass_draft_seconds' needs the draft split ('draft_passes' and "
+          "'draft_pass_seconds')");
+    }
+    if (!one_pass->is_array()) {
+      return absl::InvalidArgumentError("cost table: 'one_pass_draft_seconds' is not an array");
+    }
+    for (size_t b = 0; b < one_pass->size(); ++b) {
+      const json& v = (*one_pass)[b];
+      absl::StatusOr<double> t =
+          v.is_number() ? JsonFiniteNumber(v, "")
+                        : absl::StatusOr<double>(absl::InvalidArgumentError("is not a number"));
+      if (!t.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("cost table: one_pass_draft_seconds[", b,
+                                                       "]: ", t.status().message()));
+      }
+      one_pass_draft_seconds.push_back(*t);
+    }
+  }
   absl::StatusOr<CostTable> table =
       Create(*std::move(batch_sizes), *std::move(verify_tokens), std::move(seconds));
   if (!table.ok()) return table;
@@ -260,6 +282,11 @@ absl::StatusOr<CostTable> CostTable::FromJson(std::string_view text) {
   if (draft_passes > 0) {
     if (absl::Status s = table->SetDraftSplit(std::move(draft_pass_seconds), draft_passes);
         !s.ok()) {
+      return s;
+    }
+  }
+  if (!one_pass_draft_seconds.empty()) {
+    if (absl::Status s = table->SetOnePassDraft(std::move(one_pass_draft_seconds)); !s.ok()) {
       return s;
     }
   }
@@ -295,6 +322,11 @@ std::string CostTable::ToJson() const {
     json pass_seconds = json::array();
     for (double v : draft_pass_seconds_) pass_seconds.push_back(v);
     doc["draft_pass_seconds"] = std::move(pass_seconds);
+  }
+  if (has_one_pass_draft()) {
+    json one_pass = json::array();
+    for (double v : one_pass_draft_seconds_) one_pass.push_back(v);
+    doc["one_pass_draft_seconds"] = std::move(one_pass);
   }
   return doc.dump(1) + "\n";
 }
@@ -345,6 +377,41 @@ absl::Status CostTable::SetDraftSplit(std::vector<double> draft_pass_seconds, in
   }
   draft_pass_seconds_ = std::move(draft_pass_seconds);
   draft_passes_ = draft_passes;
+  one_pass_draft_seconds_.clear();  // measured against the old split, if any
+  return absl::OkStatus();
+}
+
+absl::Status CostTable::SetOnePassDraft(std::vector<double> one_pass_draft_seconds) {
+  if (!has_draft_split()) {
+    return absl::FailedPreconditionError(
+        "cost table: the one-pass draft phase needs the draft split first");
+  }
+  if (draft_passes_ == 1) {
+    return absl::InvalidArgumentError(
+        "cost table: 'one_pass_draft_seconds' with draft_passes 1 (the measured steps ran one "
+        "pass already)");
+  }
+  if (one_pass_draft_seconds.size() != batch_sizes_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cost table: 'one_pass_draft_seconds' has ", one_pass_draft_seconds.size(),
+                     " values, the batch grid has ", batch_sizes_.size()));
+  }
+  for (size_t b = 0; b < batch_sizes_.size(); ++b) {
+    const double t = one_pass_draft_seconds[b];
+    if (!std::isfinite(t) || t <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cost table: one_pass_draft_seconds[", b,
+                                                     "] = ", FormatNumber(t),
+                                                     " is not a positive time"));
+    }
+    const double all = draft_passes_ * draft_pass_seconds_[b];
+    if (t > all) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cost table: one_pass_draft_seconds[", b, "] = ", FormatNumber(t),
+          " s is more than the ", draft_passes_, " passes of the split (", FormatNumber(all),
+          " s)"));
+    }
+  }
+  one_pass_draft_seconds_ = std::move(one_pass_draft_seconds);
   return absl::OkStatus();
 }
 
@@ -357,9 +424,25 @@ double CostTable::PredictDraftPass(double batch_size) const {
   return v > 0 ? v : 0;
 }
 
+double CostTable::PredictDraftPhase(double batch_size, int passes) const {
+  if (!has_draft_split() || passes <= 0) return 0;
+  const double pass = PredictDraftPass(batch_size);
+  if (!has_one_pass_draft()) return passes * pass;
+  const absl::Span<const double> b_knots(batch_sizes_);
+  const int sb = FindSegment(b_knots, batch_size);
+  double one =
+      OnSegment(b_knots, sb, batch_size, [&](int b) { return one_pass_draft_seconds_[b]; });
+  const double all = draft_passes_ * pass;
+  // Extrapolated past the grid, the two lines may cross; one pass then
+  // costs what the measured ones do, and the rest nothing.
+  one = std::clamp(one, 0.0, all);
+  const double later = (all - one) / (draft_passes_ - 1);
+  return one + (passes - 1) * later;
+}
+
 double CostTable::PassesNotRunSeconds(double batch_size, int passes) const {
   if (!has_draft_split()) return 0;
-  return (draft_passes_ - passes) * PredictDraftPass(batch_size);
+  return PredictDraftPhase(batch_size, draft_passes_) - PredictDraftPhase(batch_size, passes);
 }
 
 double CostTable::PredictStep(double batch_size, double verify_tokens, int passes) const {

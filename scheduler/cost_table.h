@@ -27,7 +27,19 @@
 // cell. The two keys come together or not at all. A table without them still
 // loads: has_draft_split() is false and the draft planner falls back to
 // drafting the full depth for every request (what a whole-step table was
-// measured at). Cells with
+// measured at).
+//
+// Optional with the split, the draft phase of a step that ran one pass:
+//   "one_pass_draft_seconds": [...]        one per batch size
+// A step's first draft pass costs more than the others: it catches the
+// draft up on the tokens the last step committed (and on every token of a
+// step the request sat out), and the draft phase has costs of its own (the
+// confidence signals, the hand-off to the verify). With it the draft phase
+// of P passes is priced through the two measured points, one pass and
+// draft_passes passes: D(0) = 0, D(P) = one + (P - 1) * (draft_passes * pass
+// - one) / (draft_passes - 1); without it D(P) = P * pass. Each value must
+// be positive and at most draft_passes * draft_pass_seconds[b] (one pass
+// does not cost more than all of them). Cells with
 // M < B cannot be measured (each request verifies at least one row); a
 // profiler writes the time at M = B there.
 //
@@ -158,9 +170,19 @@ class CostTable {
   // One draft pass at `batch_size`: linear along the batch axis as Predict,
   // never below 0. 0 without a split.
   double PredictDraftPass(double batch_size) const;
+  // Adds the one-pass draft phase (see the top of this file), per batch
+  // size. Needs the split first; refuses a size mismatch, a non-positive or
+  // non-finite time, a value above draft_passes passes, and draft_passes 1
+  // (the one-pass step is then the measured step itself).
+  absl::Status SetOnePassDraft(std::vector<double> one_pass_draft_seconds);
+  bool has_one_pass_draft() const { return !one_pass_draft_seconds_.empty(); }
+  const std::vector<double>& one_pass_draft_seconds() const { return one_pass_draft_seconds_; }
+  // The draft phase of a step of `passes` passes at `batch_size`: D(passes)
+  // above, linear along the batch axis as Predict. 0 without a split.
+  double PredictDraftPhase(double batch_size, int passes) const;
   // What the draft passes the table's steps ran beyond `passes` cost at
-  // `batch_size`: (draft_passes - passes) * PredictDraftPass. 0 without a
-  // split.
+  // `batch_size`: PredictDraftPhase at draft_passes less at `passes`. 0
+  // without a split.
   double PassesNotRunSeconds(double batch_size, int passes) const;
   // The step with `passes` draft passes (0 = plain decode): Predict minus
   // PassesNotRunSeconds. Without a split it is Predict, whatever `passes`.
@@ -182,6 +204,7 @@ class CostTable {
   int measured_tp_ = 0;
   std::vector<double> draft_pass_seconds_;  // empty without a split
   int draft_passes_ = 0;
+  std::vector<double> one_pass_draft_seconds_;  // empty without the one-pass point
 };
 
 }  // namespace verdict

@@ -161,6 +161,61 @@ TEST(CostTableTest, DraftSplitLoadsRoundTripsAndPricesFewerPasses) {
   EXPECT_DOUBLE_EQ(whole.PredictStep(4, 8, 0), whole.Predict(4, 8));
 }
 
+// The one-pass draft phase: a step of P passes is priced on the line
+// through the measured one-pass and draft_passes-pass phases, not P times
+// the mean pass.
+TEST(CostTableTest, OnePassDraftPricesTheFirstPassApart) {
+  const absl::StatusOr<CostTable> t = CostTable::FromJson(
+      R"({"batch_sizes": [1, 4], "verify_tokens": [1, 8], "seconds": [[0.010, 0.012],
+          [0.020, 0.030]], "draft_passes": 4, "draft_pass_seconds": [0.001, 0.002],
+          "one_pass_draft_seconds": [0.0025, 0.005]})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(t->has_one_pass_draft());
+  // B = 4: all four passes 0.008 s, one pass 0.005 s, each later 0.001 s.
+  EXPECT_DOUBLE_EQ(t->PredictDraftPhase(4, 0), 0.0);
+  EXPECT_DOUBLE_EQ(t->PredictDraftPhase(4, 1), 0.005);
+  EXPECT_DOUBLE_EQ(t->PredictDraftPhase(4, 2), 0.006);
+  EXPECT_DOUBLE_EQ(t->PredictDraftPhase(4, 4), 0.008);
+  EXPECT_DOUBLE_EQ(t->PredictStep(4, 8, 4), t->Predict(4, 8));
+  EXPECT_DOUBLE_EQ(t->PredictStep(4, 8, 1), 0.030 - 0.003);
+  EXPECT_DOUBLE_EQ(t->PredictStep(4, 8, 0), 0.030 - 0.008);  // plain decode: as without it
+  // Between batch sizes both points are linear in B: at B = 2.5 one pass is
+  // 0.00375 s and all four 0.006 s.
+  EXPECT_NEAR(t->PredictDraftPhase(2.5, 1), 0.00375, 1e-15);
+  EXPECT_NEAR(t->PredictDraftPhase(2.5, 3), 0.00375 + 2 * (0.006 - 0.00375) / 3, 1e-15);
+  const absl::StatusOr<CostTable> back = CostTable::FromJson(t->ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->one_pass_draft_seconds(), t->one_pass_draft_seconds());
+  EXPECT_DOUBLE_EQ(back->PredictStep(1, 1, 2), t->PredictStep(1, 1, 2));
+
+  // Without the key, P passes cost P mean passes.
+  const absl::StatusOr<CostTable> mean = CostTable::FromJson(
+      R"({"batch_sizes": [1, 4], "verify_tokens": [1, 8], "seconds": [[0.010, 0.012],
+          [0.020, 0.030]], "draft_passes": 4, "draft_pass_seconds": [0.001, 0.002]})");
+  ASSERT_TRUE(mean.ok());
+  EXPECT_FALSE(mean->has_one_pass_draft());
+  EXPECT_DOUBLE_EQ(mean->PredictDraftPhase(4, 1), 0.002);
+  EXPECT_DOUBLE_EQ(mean->PredictStep(4, 8, 1), 0.030 - 3 * 0.002);
+
+  const auto refused = [](const std::string& json, const std::string& why) {
+    const absl::StatusOr<CostTable> bad = CostTable::FromJson(json);
+    ASSERT_FALSE(bad.ok()) << json;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr(why)) << json;
+  };
+  const std::string grid =
+      R"("batch_sizes": [1, 4], "verify_tokens": [1, 8], "seconds": [[0.010, 0.012], [0.020, 0.030]])";
+  const std::string split = R"(, "draft_passes": 4, "draft_pass_seconds": [0.001, 0.002])";
+  refused("{" + grid + R"(, "one_pass_draft_seconds": [0.001, 0.002]})", "needs the draft split");
+  refused("{" + grid + split + R"(, "one_pass_draft_seconds": [0.001]})", "batch grid");
+  refused("{" + grid + split + R"(, "one_pass_draft_seconds": [0.001, 0]})",
+          "one_pass_draft_seconds[1] = 0 is not a positive time");
+  refused("{" + grid + split + R"(, "one_pass_draft_seconds": [0.001, 0.009]})",
+          "more than the 4 passes");
+  refused("{" + grid + split + R"(, "one_pass_draft_seconds": 0.001})", "not an array");
+  refused("{" + grid + R"(, "draft_passes": 1, "draft_pass_seconds": [0.001, 0.002],
+          "one_pass_draft_seconds": [0.001, 0.002]})", "draft_passes 1");
+}
+
 TEST(CostTableTest, SaveAndLoad) {
   const CostTable t = AffineTable();
   const std::string path = std::string(::testing::TempDir()) + "/cost_table_test.json";

@@ -26,6 +26,7 @@ std::string_view DraftReasonName(DraftReason reason) {
     case DraftReason::kConfidencePrior: return "confidence-prior";
     case DraftReason::kOperatorLimit: return "operator-limit";
     case DraftReason::kEmptyBatch: return "empty-batch";
+    case DraftReason::kPinnedDepth: return "pinned-depth";
   }
   return "unknown";
 }
@@ -55,6 +56,15 @@ absl::StatusOr<DraftPlanner> DraftPlanner::Create(DraftPlannerOptions options,
                                                    " is outside [1e-12, 1]"));
   }
   return DraftPlanner(options, std::move(cost_table));
+}
+
+absl::Status DraftPlanner::SetPinnedDepth(std::optional<int> depth) {
+  if (depth.has_value() && (*depth < 0 || *depth > options_.gamma)) {
+    return absl::InvalidArgumentError(absl::StrCat("draft planner: pinned depth ", *depth,
+                                                   " is outside [0, ", options_.gamma, "]"));
+  }
+  pinned_depth_ = depth;
+  return absl::OkStatus();
 }
 
 void DraftPlanner::Finish(int64_t batch, absl::Span<const double> confidences,
@@ -117,6 +127,9 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
     plan->reason = DraftReason::kEmptyBatch;
   } else if (!input.drafts_allowed) {
     plan->reason = DraftReason::kOperatorLimit;
+  } else if (pinned_depth_.has_value()) {
+    plan->reason = DraftReason::kPinnedDepth;
+    for (int64_t i = 0; i < batch; ++i) plan->depths[i] = std::min(caps_[i], *pinned_depth_);
   } else if (!cost_table_.has_value() || !cost_table_->has_draft_split()) {
     plan->reason = DraftReason::kNoDraftSplit;
     std::copy(caps_.begin(), caps_.end(), plan->depths.begin());

@@ -20,6 +20,10 @@
 // only); the planner takes the best over every (P, k), the first on ties in
 // (P, k) order, which is the optimum over all depth vectors.
 //
+// The draft phase of P passes is the table's (CostTable::PredictDraftPhase:
+// with a measured one-pass phase, the first pass is priced apart), so the
+// cost still depends on k and P only, and the argument above holds.
+//
 // Fallbacks: without a draft split in the table, with no table, or while the
 // confidence source is on its prior, every request drafts its cap (today's
 // behaviour, what a whole-step table was measured at). An operator's
@@ -50,6 +54,7 @@ enum class DraftReason {
   kConfidencePrior,  // the confidence source is on its prior: everyone drafts its cap
   kOperatorLimit,    // drafts_allowed false (--speculation-max-batch): nobody drafts
   kEmptyBatch,       // no requests
+  kPinnedDepth,      // SetPinnedDepth (`verdict profile`): every request drafts min(pin, cap)
 };
 std::string_view DraftReasonName(DraftReason reason);
 
@@ -92,6 +97,13 @@ class DraftPlanner {
 
   const DraftPlannerOptions& options() const { return options_; }
 
+  // Pins every request's depth to min(depth, cap) until unpinned (nullopt),
+  // whatever the table and the confidences say (an operator's limit still
+  // makes it 0), so that `verdict profile` can measure steps of fewer
+  // passes. Refuses a depth outside [0, gamma].
+  absl::Status SetPinnedDepth(std::optional<int> depth);
+  std::optional<int> pinned_depth() const { return pinned_depth_; }
+
  private:
   struct Candidate {
     double survival;
@@ -106,6 +118,7 @@ class DraftPlanner {
 
   DraftPlannerOptions options_;
   std::optional<CostTable> cost_table_;
+  std::optional<int> pinned_depth_;
   std::vector<int32_t> caps_;
   std::vector<Candidate> candidates_;
   std::vector<int32_t> depth_scratch_;

@@ -30,6 +30,17 @@ CostTable SplitTable(const std::vector<double>& pass, int passes, double verify_
   return table;
 }
 
+// SplitTable with a one-pass draft phase of `one_pass_share` of all the
+// passes at every batch size (a first pass dearer than the rest).
+CostTable OnePassTable(const std::vector<double>& pass, int passes, double verify_slope,
+                       double one_pass_share) {
+  CostTable table = SplitTable(pass, passes, verify_slope);
+  std::vector<double> one_pass;
+  for (double p : pass) one_pass.push_back(one_pass_share * passes * p);
+  EXPECT_TRUE(table.SetOnePassDraft(one_pass).ok());
+  return table;
+}
+
 double Objective(const CostTable& table, const std::vector<double>& confidences, int gamma,
                  const std::vector<int32_t>& depths) {
   const double b = static_cast<double>(depths.size());
@@ -73,7 +84,14 @@ TEST(DraftPlannerTest, MatchesBruteForceOverDepths) {
     std::vector<double> pass(4);
     for (double& p : pass) p = 0.0005 + 0.01 * unit(rng);
     std::sort(pass.begin(), pass.end());
-    const CostTable table = SplitTable(pass, 1 + static_cast<int>(rng() % 5), 0.002 * unit(rng));
+    // Half the cases price the first pass apart (a one-pass phase between
+    // one mean pass and all of them).
+    const int passes = 1 + static_cast<int>(rng() % 5);
+    const double slope = 0.002 * unit(rng);
+    const CostTable table = passes > 1 && trial % 2 == 1
+                                ? OnePassTable(pass, passes, slope,
+                                               (1.0 + (passes - 1) * unit(rng)) / passes)
+                                : SplitTable(pass, passes, slope);
     std::vector<double> confidences(batch * gamma);
     for (double& c : confidences) c = 0.05 + 0.95 * unit(rng);
     std::vector<int32_t> max_lens(batch);
@@ -185,6 +203,56 @@ TEST(DraftPlannerTest, FallbacksAndOverride) {
   ASSERT_TRUE(split.Plan({}, &plan).ok());
   EXPECT_EQ(plan.reason, DraftReason::kEmptyBatch);
   EXPECT_TRUE(plan.depths.empty());
+
+  // A pinned depth, capped per request, on the prior and without a table
+  // alike; an operator's limit still wins; unpinning plans again.
+  for (DraftPlanner* planner : {&split, &no_table}) {
+    ASSERT_TRUE(planner->SetPinnedDepth(2).ok());
+    ASSERT_TRUE(planner
+                    ->Plan({.confidences = confidences, .max_verify_lens = max_lens,
+                            .confidence_ready = false},
+                           &plan)
+                    .ok());
+    EXPECT_EQ(plan.reason, DraftReason::kPinnedDepth);
+    EXPECT_EQ(plan.depths, (std::vector<int32_t>{2, 1}));
+    EXPECT_EQ(plan.passes, 2);
+    ASSERT_TRUE(planner
+                    ->Plan({.confidences = confidences, .max_verify_lens = max_lens,
+                            .drafts_allowed = false},
+                           &plan)
+                    .ok());
+    EXPECT_EQ(plan.reason, DraftReason::kOperatorLimit);
+    ASSERT_TRUE(planner->SetPinnedDepth(std::nullopt).ok());
+  }
+  ASSERT_TRUE(split.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &plan).ok());
+  EXPECT_EQ(plan.reason, DraftReason::kPlanned);
+  EXPECT_FALSE(split.SetPinnedDepth(4).ok());
+  EXPECT_FALSE(split.SetPinnedDepth(-1).ok());
+  ASSERT_TRUE(split.SetPinnedDepth(0).ok());
+  ASSERT_TRUE(split.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &plan).ok());
+  EXPECT_EQ(plan.depths, (std::vector<int32_t>{0, 0}));
+}
+
+// The first pass priced apart moves the decision: when it holds 95% of
+// the passes' time, the later passes cost 1/60 of a mean pass, and the
+// planner that stopped at three passes on the mean-pass table drafts all
+// four.
+TEST(DraftPlannerTest, ADearFirstPassAndCheapLaterPassesDraftDeeper) {
+  const std::vector<double> pass = {0.001, 0.001, 0.001, 0.001};
+  const std::vector<double> confidences(4 * 4, 0.6);
+  const std::vector<int32_t> max_lens(4, 5);
+  DraftPlan mean_plan, dear_plan;
+  DraftPlanner mean = *DraftPlanner::Create({.gamma = 4}, SplitTable(pass, 4, 0.0001));
+  ASSERT_TRUE(mean.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &mean_plan).ok());
+  DraftPlanner dear = *DraftPlanner::Create({.gamma = 4}, OnePassTable(pass, 4, 0.0001, 0.95));
+  ASSERT_TRUE(dear.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &dear_plan).ok());
+  EXPECT_EQ(mean_plan.passes, 3);
+  EXPECT_EQ(dear_plan.passes, 4);
+  // The dear table is priced through its own draft phase.
+  EXPECT_DOUBLE_EQ(dear_plan.predicted_step_seconds,
+                   OnePassTable(pass, 4, 0.0001, 0.95)
+                       .PredictStep(4, 4 + static_cast<double>(dear_plan.total_depth),
+                                    dear_plan.passes));
 }
 
 TEST(DraftPlannerTest, RefusesMalformedInput) {

@@ -69,6 +69,8 @@ int Run() {
     digest.AddI64(t.verify_tokens);
     digest.AddI64(t.budget);
     digest.AddDouble(t.pinned_budget_fraction.value_or(-1.0));
+    digest.AddI64(t.draft_passes);
+    digest.AddI64(static_cast<int64_t>(t.draft_reason));
     ++pinned;
   }
   const int64_t mine[2] = {static_cast<int64_t>(digest.digest()), pinned};
@@ -93,10 +95,12 @@ int Run() {
   }
   if (rank == 0) {
     // B in {1, 2} x fractions {0, 0.5, 1} at gamma 5: six cells, M in
-    // {1, 4, 6} and {2, 7, 12}.
-    const bool grid = result->table.has_value() && result->cells.size() == 6 &&
+    // {1, 4, 6} and {2, 7, 12}, and a one-pass cell per batch size (its
+    // draft depth pinned on every rank), which is not a cell of the grid.
+    const bool grid = result->table.has_value() && result->cells.size() == 8 &&
                       result->table->batch_sizes() == std::vector<double>{1, 2} &&
-                      result->table->verify_tokens() == std::vector<double>{1, 2, 4, 6, 7, 12};
+                      result->table->verify_tokens() == std::vector<double>{1, 2, 4, 6, 7, 12} &&
+                      result->table->has_one_pass_draft();
     if (!grid) {
       std::fprintf(stderr, "profile tp: rank 0's table does not hold the grid it was asked for\n");
       ok = false;

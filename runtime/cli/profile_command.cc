@@ -35,6 +35,9 @@ ABSL_FLAG(int, profile_warmup_steps, 2,
 ABSL_FLAG(std::string, profile_out, "cost_table.json",
           "profile: where to write the cost table (load it with --cost-table)");
 ABSL_FLAG(bool, profile_progress, true, "profile: show progress on stderr");
+ABSL_FLAG(bool, profile_one_pass, true,
+          "profile: also measure, per batch size, steps of one draft pass (the table's "
+          "one_pass_draft_seconds, which prices the first pass apart)");
 
 namespace verdict {
 namespace {
@@ -67,18 +70,20 @@ class StepRecorder {
     std::lock_guard<std::mutex> lock(mu_);
     steps_.push_back(t);
     if (watching_ && t.batch_size == batch_ && t.plan_reason == PlanReason::kPinnedBudget &&
-        t.pinned_budget_fraction == fraction_) {
+        t.pinned_budget_fraction == fraction_ &&
+        (t.draft_reason == DraftReason::kPinnedDepth) == depth_pinned_) {
       if (matched_++ >= warmup_) measured_.push_back(t);
     }
     cv_.notify_all();
   }
 
   // Rank 0: the next steps of this cell count.
-  void Watch(int batch, double fraction, int warmup) {
+  void Watch(int batch, double fraction, bool depth_pinned, int warmup) {
     std::lock_guard<std::mutex> lock(mu_);
     watching_ = true;
     batch_ = batch;
     fraction_ = fraction;
+    depth_pinned_ = depth_pinned;
     warmup_ = warmup;
     matched_ = 0;
     measured_.clear();
@@ -117,6 +122,7 @@ class StepRecorder {
   bool watching_ = false;
   int batch_ = 0;
   double fraction_ = 0;
+  bool depth_pinned_ = false;
   int warmup_ = 0;
   int matched_ = 0;
   std::vector<StepTiming> measured_;
@@ -171,8 +177,9 @@ class CellRequests {
 };
 
 // The cells to measure, in order: batch sizes ascending, fractions
-// ascending; a fraction that gives a batch size an M it already has is left
-// out (it would measure the same step).
+// ascending, then the batch size's one-pass cell; a fraction that gives a
+// batch size an M it already has is left out (it would measure the same
+// step).
 std::vector<ProfileCell> PlanCells(const ProfileOptions& options, int gamma) {
   std::vector<int> batches = options.batch_sizes;
   std::sort(batches.begin(), batches.end());
@@ -190,6 +197,14 @@ std::vector<ProfileCell> PlanCells(const ProfileOptions& options, int gamma) {
       cell.batch_size = b;
       cell.budget_fraction = f;
       cell.verify_tokens = m;
+      cells.push_back(cell);
+    }
+    if (options.one_pass_cells && gamma > 1) {
+      ProfileCell cell;
+      cell.batch_size = b;
+      cell.budget_fraction = 1.0;  // every draft of the one pass
+      cell.verify_tokens = 2 * int64_t{b};
+      cell.draft_depth = 1;
       cells.push_back(cell);
     }
   }
@@ -244,8 +259,9 @@ class ProgressLine {
 
  private:
   static std::string Where(size_t cell, size_t cells, const ProfileCell& c) {
-    return absl::StrFormat("verdict profile: cell %d/%d, B=%d, budget %.2f (M=%d)", cell + 1, cells,
-                           c.batch_size, c.budget_fraction, c.verify_tokens);
+    return absl::StrFormat("verdict profile: cell %d/%d, B=%d, budget %.2f (M=%d)%s", cell + 1,
+                           cells, c.batch_size, c.budget_fraction, c.verify_tokens,
+                           c.draft_depth > 0 ? ", one draft pass" : "");
   }
 
   void Show(const std::string& line, bool finished) {
@@ -344,7 +360,16 @@ absl::Status CheckProfileEngineOptions(const EngineOptions& options) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<CostTable> CostTableFromCells(const std::vector<ProfileCell>& cells) {
+absl::StatusOr<CostTable> CostTableFromCells(const std::vector<ProfileCell>& measured) {
+  std::vector<ProfileCell> cells;
+  std::vector<const ProfileCell*> one_pass;
+  for (const ProfileCell& c : measured) {
+    if (c.draft_depth > 0) {
+      one_pass.push_back(&c);
+    } else {
+      cells.push_back(c);
+    }
+  }
   std::vector<double> batches, tokens;
   for (const ProfileCell& c : cells) {
     batches.push_back(c.batch_size);
@@ -385,6 +410,23 @@ absl::StatusOr<CostTable> CostTableFromCells(const std::vector<ProfileCell>& cel
   if (absl::Status s = table->SetDraftSplit(std::move(pass_seconds), passes); !s.ok()) {
     return absl::InternalError(absl::StrCat("the measured draft split does not fit the table: ",
                                             s.message()));
+  }
+  std::vector<double> one_pass_seconds;
+  for (const double b : batches) {
+    std::vector<double> at_batch;
+    for (const ProfileCell* c : one_pass) {
+      if (c->batch_size == b && c->draft_passes == 1) {
+        at_batch.insert(at_batch.end(), c->draft_pass_seconds.begin(), c->draft_pass_seconds.end());
+      }
+    }
+    if (at_batch.empty()) return table;  // one-pass cells left out, or not for every B
+    one_pass_seconds.push_back(Median(at_batch));
+  }
+  if (absl::Status s = table->SetOnePassDraft(std::move(one_pass_seconds)); !s.ok()) {
+    std::fprintf(stderr,
+                 "verdict profile: the one-pass draft phase is left out of the table (the "
+                 "draft planner prices P passes as P mean passes): %s\n",
+                 std::string(s.message()).c_str());
   }
   return table;
 }
@@ -443,8 +485,13 @@ absl::StatusOr<ProfileResult> RunProfile(Engine& engine, const ProfileOptions& o
   absl::Status status;
   for (size_t index = 0; index < cells.size() && status.ok(); ++index) {
     ProfileCell& cell = cells[index];
-    recorder.Watch(cell.batch_size, cell.budget_fraction, options.warmup_steps);
+    recorder.Watch(cell.batch_size, cell.budget_fraction, cell.draft_depth > 0,
+                   options.warmup_steps);
     status = engine.PinVerifyBudget(cell.budget_fraction);
+    if (status.ok()) {
+      status = engine.PinDraftDepth(cell.draft_depth > 0 ? std::optional<int>(cell.draft_depth)
+                                                         : std::nullopt);
+    }
     if (!status.ok()) break;
     CellRequests requests;
     for (int i = 0; i < cell.batch_size && status.ok(); ++i) {
@@ -484,12 +531,14 @@ absl::StatusOr<ProfileResult> RunProfile(Engine& engine, const ProfileOptions& o
         break;
       }
       // Without a draft split the engine drafts every request's cap, gamma
-      // here (each request has tokens for every step of the cell).
-      if (t.draft_passes != gamma) {
+      // here (each request has tokens for every step of the cell), or the
+      // pinned depth.
+      const int want_passes = cell.draft_depth > 0 ? cell.draft_depth : gamma;
+      if (t.draft_passes != want_passes) {
         status = absl::InternalError(absl::StrCat("B=", cell.batch_size, ", budget ",
                                                   cell.budget_fraction, ": step ", t.step,
                                                   " ran ", t.draft_passes,
-                                                  " draft passes, not ", gamma));
+                                                  " draft passes, not ", want_passes));
         break;
       }
       // The whole step's cost (scheduler/cost_table.h): the drafts that a
@@ -542,6 +591,7 @@ int RunProfileCommand(absl::Span<char* const> positional) {
   options.warmup_steps = absl::GetFlag(FLAGS_profile_warmup_steps);
   options.output_path = OutputPath(absl::GetFlag(FLAGS_profile_out));
   options.progress = absl::GetFlag(FLAGS_profile_progress);
+  options.one_pass_cells = absl::GetFlag(FLAGS_profile_one_pass);
   const int largest = options.batch_sizes.empty() ? 1
                                                   : *std::max_element(options.batch_sizes.begin(),
                                                                       options.batch_sizes.end());
@@ -566,13 +616,14 @@ int RunProfileCommand(absl::Span<char* const> positional) {
     return 1;
   }
   if (engine.rank() != 0) return 0;
-  std::printf("%6s %9s %7s %11s %11s %11s\n", "B", "fraction", "M", "median ms", "min ms",
-              "max ms");
+  std::printf("%6s %9s %7s %7s %11s %11s %11s %11s\n", "B", "fraction", "M", "passes",
+              "median ms", "min ms", "max ms", "draft ms");
   for (const ProfileCell& c : result->cells) {
     const auto [lo, hi] = std::minmax_element(c.seconds.begin(), c.seconds.end());
-    std::printf("%6d %9.3f %7lld %11.3f %11.3f %11.3f\n", c.batch_size, c.budget_fraction,
-                static_cast<long long>(c.verify_tokens), c.median_seconds * 1e3, *lo * 1e3,
-                *hi * 1e3);
+    std::printf("%6d %9.3f %7lld %7d %11.3f %11.3f %11.3f %11.3f\n", c.batch_size,
+                c.budget_fraction, static_cast<long long>(c.verify_tokens), c.draft_passes,
+                c.median_seconds * 1e3, *lo * 1e3, *hi * 1e3,
+                c.draft_passes * Median(c.draft_pass_seconds) * 1e3);
   }
   if (!options.output_path.empty()) {
     std::fprintf(stderr, "verdict profile: wrote %s (serve it with --cost-table %s)\n",

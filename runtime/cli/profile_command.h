@@ -8,6 +8,13 @@
 // scheduled without a table). The engine runs compact mode, the one whose
 // step runs exactly the planned rows. Under mpirun every rank runs the
 // engine loop and rank 0 drives.
+//
+// Each batch size also gets a one-pass cell: the draft depth pinned to one
+// and every draft verified (M = 2B). Its draft phase is the table's
+// one_pass_draft_seconds, so that the draft planner prices a step of P
+// passes on the line through one pass and gamma passes rather than as P
+// mean passes: the first pass carries the draft's catch-up and the draft
+// phase's own costs.
 #ifndef VERDICT_RUNTIME_CLI_PROFILE_COMMAND_H_
 #define VERDICT_RUNTIME_CLI_PROFILE_COMMAND_H_
 
@@ -31,6 +38,7 @@ struct ProfileOptions {
   int repeats = 5;          // measured steps per cell; the cell's time is their median
   std::string output_path;  // where the table goes (empty: not written)
   bool progress = true;     // a progress line on stderr (rank 0)
+  bool one_pass_cells = true;  // a one-pass cell per batch size (gamma > 1)
 };
 
 // One measured point of the grid.
@@ -44,6 +52,9 @@ struct ProfileCell {
   // one pass's seconds in each: the step's draft time over its passes.
   int draft_passes = 0;
   std::vector<double> draft_pass_seconds;
+  // 0: every request drafts gamma (a cell of the grid); 1: the one-pass
+  // cell of its batch size, whose draft_pass_seconds are whole draft phases.
+  int draft_depth = 0;
 };
 
 struct ProfileResult {
@@ -77,6 +88,10 @@ absl::StatusOr<ProfileResult> RunProfile(Engine& engine, const ProfileOptions& o
 // With draft passes in every cell, all at the same count, the table gets the
 // draft split (cost_table.h): per batch size, the median pass seconds over
 // its cells, so that the draft planner can price steps of fewer passes.
+// One-pass cells (draft_depth 1) are not grid cells: with one for every
+// batch size they give the table's one-pass draft phase (the median of
+// their steps); a one-pass phase the split cannot hold (cost_table.h) is
+// left out, with a message on stderr.
 absl::StatusOr<CostTable> CostTableFromCells(const std::vector<ProfileCell>& cells);
 
 // `verdict profile [--profile-batch-sizes ...] [--profile-fractions ...]`.

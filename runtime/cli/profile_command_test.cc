@@ -54,13 +54,22 @@ TEST(ProfileTest, MeasuresTheGridItIsAskedForWithThePinsInPlace) {
   absl::StatusOr<ProfileResult> result = RunProfile(*engine, options);
   ASSERT_TRUE(result.ok()) << result.status();
 
-  // gamma 5: M = B at fraction 0, B + 5B at fraction 1.
-  ASSERT_EQ(result->cells.size(), 4u);
-  const std::vector<std::pair<int, int64_t>> expected = {{1, 1}, {1, 6}, {2, 2}, {2, 12}};
+  // gamma 5: M = B at fraction 0, B + 5B at fraction 1, then the one-pass
+  // cell at M = 2B.
+  ASSERT_EQ(result->cells.size(), 6u);
+  struct Expected {
+    int batch;
+    int64_t tokens;
+    int depth;
+  };
+  const std::vector<Expected> expected = {{1, 1, 0}, {1, 6, 0}, {1, 2, 1},
+                                          {2, 2, 0}, {2, 12, 0}, {2, 4, 1}};
   for (size_t i = 0; i < expected.size(); ++i) {
     const ProfileCell& cell = result->cells[i];
-    EXPECT_EQ(cell.batch_size, expected[i].first) << i;
-    EXPECT_EQ(cell.verify_tokens, expected[i].second) << i;
+    EXPECT_EQ(cell.batch_size, expected[i].batch) << i;
+    EXPECT_EQ(cell.verify_tokens, expected[i].tokens) << i;
+    EXPECT_EQ(cell.draft_depth, expected[i].depth) << i;
+    EXPECT_EQ(cell.draft_passes, expected[i].depth > 0 ? 1 : 5) << i;
     ASSERT_EQ(cell.seconds.size(), 2u) << i;
     for (const double s : cell.seconds) EXPECT_GT(s, 0.0) << i;
     EXPECT_DOUBLE_EQ(cell.median_seconds, 0.5 * (cell.seconds[0] + cell.seconds[1])) << i;
@@ -72,12 +81,18 @@ TEST(ProfileTest, MeasuresTheGridItIsAskedForWithThePinsInPlace) {
   for (const StepTiming& t : result->steps) {
     if (t.plan_reason != PlanReason::kPinnedBudget) continue;
     ASSERT_TRUE(t.pinned_budget_fraction.has_value());
-    const int64_t drafts = *t.pinned_budget_fraction == 1.0 ? 5 * t.batch_size : 0;
+    const bool one_pass = t.draft_reason == DraftReason::kPinnedDepth;
+    const int depth = one_pass ? 1 : 5;
+    if (t.draft_passes > 0) {
+      EXPECT_EQ(t.draft_passes, depth) << "step " << t.step;
+    }
+    const int64_t drafts =
+        *t.pinned_budget_fraction == 1.0 ? int64_t{t.draft_passes} * t.batch_size : 0;
     EXPECT_EQ(t.budget, drafts) << "step " << t.step;
     EXPECT_EQ(t.verify_tokens, t.batch_size + drafts) << "step " << t.step;
     ++pinned_steps;
   }
-  EXPECT_GE(pinned_steps, 4 * (1 + 2));
+  EXPECT_GE(pinned_steps, 6 * (1 + 2));
 
   // A cell's time is the whole step's: each measured value is the draft
   // passes plus the verify of a pinned step at the cell's batch and rows.
@@ -87,6 +102,7 @@ TEST(ProfileTest, MeasuresTheGridItIsAskedForWithThePinsInPlace) {
           std::any_of(result->steps.begin(), result->steps.end(), [&](const StepTiming& t) {
             return t.plan_reason == PlanReason::kPinnedBudget && t.batch_size == cell.batch_size &&
                    t.verify_tokens == cell.verify_tokens && t.draft_seconds > 0.0 &&
+                   (t.draft_reason == DraftReason::kPinnedDepth) == (cell.draft_depth > 0) &&
                    seconds == t.draft_seconds + t.verify_seconds;
           });
       EXPECT_TRUE(found) << "B=" << cell.batch_size << " M=" << cell.verify_tokens;
@@ -103,6 +119,7 @@ TEST(ProfileTest, MeasuresTheGridItIsAskedForWithThePinsInPlace) {
     for (size_t m = 0; m < 4; ++m) EXPECT_GT(table->seconds(b, m), 0.0) << b << "," << m;
   }
   for (const ProfileCell& cell : result->cells) {
+    if (cell.draft_depth > 0) continue;  // not a cell of the grid
     EXPECT_DOUBLE_EQ(table->Predict(cell.batch_size, static_cast<double>(cell.verify_tokens)),
                      cell.median_seconds);
   }
@@ -116,8 +133,7 @@ TEST(ProfileTest, MeasuresTheGridItIsAskedForWithThePinsInPlace) {
   for (size_t b = 0; b < 2; ++b) {
     std::vector<double> passes;
     for (const ProfileCell& cell : result->cells) {
-      EXPECT_EQ(cell.draft_passes, 5);
-      if (cell.batch_size != table->batch_sizes()[b]) continue;
+      if (cell.batch_size != table->batch_sizes()[b] || cell.draft_depth > 0) continue;
       passes.insert(passes.end(), cell.draft_pass_seconds.begin(), cell.draft_pass_seconds.end());
     }
     ASSERT_EQ(passes.size(), 4u) << b;
@@ -125,6 +141,37 @@ TEST(ProfileTest, MeasuresTheGridItIsAskedForWithThePinsInPlace) {
     EXPECT_DOUBLE_EQ(table->draft_pass_seconds()[b], 0.5 * (passes[1] + passes[2])) << b;
     EXPECT_GT(table->draft_pass_seconds()[b], 0.0);
   }
+  // The one-pass draft phase (one pass costs less than five here): the
+  // median of the one-pass cell's steps.
+  ASSERT_TRUE(table->has_one_pass_draft());
+  for (size_t b = 0; b < 2; ++b) {
+    const ProfileCell& cell = result->cells[3 * b + 2];
+    ASSERT_EQ(cell.draft_depth, 1);
+    EXPECT_DOUBLE_EQ(table->one_pass_draft_seconds()[b],
+                     0.5 * (cell.draft_pass_seconds[0] + cell.draft_pass_seconds[1]))
+        << b;
+  }
+}
+
+TEST(ProfileTest, OnePassCellsCanBeLeftOut) {
+  LocalCommunicator comm;
+  std::unique_ptr<Engine> engine = MakeEngine(&comm, CompactOptions());
+  ASSERT_NE(engine, nullptr);
+  ProfileOptions options;
+  options.batch_sizes = {1};
+  options.budget_fractions = {0.0, 1.0};
+  options.warmup_steps = 0;
+  options.repeats = 1;
+  options.progress = false;
+  options.one_pass_cells = false;
+  absl::StatusOr<ProfileResult> result = RunProfile(*engine, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->cells.size(), 2u);
+  for (const ProfileCell& cell : result->cells) EXPECT_EQ(cell.draft_depth, 0);
+  ASSERT_TRUE(result->table.has_value());
+  EXPECT_TRUE(result->table->has_draft_split());
+  EXPECT_FALSE(result->table->has_one_pass_draft());
+  for (const StepTiming& t : result->steps) EXPECT_NE(t.draft_reason, DraftReason::kPinnedDepth);
 }
 
 TEST(ProfileTest, RefusesSimulatedAcceptanceOtherThanOne) {
@@ -257,6 +304,33 @@ TEST(CostTableFromCellsTest, DraftPassesOfEveryCellGiveTheSplitPerBatchSize) {
   table = CostTableFromCells(cells);
   EXPECT_EQ(table.status().code(), absl::StatusCode::kInternal);
   EXPECT_THAT(std::string(table.status().message()), HasSubstr("draft split"));
+  // One-pass cells for every batch size give the one-pass phase (their
+  // medians) and stay off the grid.
+  std::vector<ProfileCell> with_one_pass = cells;
+  with_one_pass.push_back({.batch_size = 1, .verify_tokens = 2, .median_seconds = 0.5,
+                           .draft_passes = 1, .draft_pass_seconds = {0.003, 0.002},
+                           .draft_depth = 1});
+  with_one_pass.push_back({.batch_size = 4, .verify_tokens = 8, .median_seconds = 0.5,
+                           .draft_passes = 1, .draft_pass_seconds = {0.009}, .draft_depth = 1});
+  with_one_pass[2].draft_pass_seconds = {0.004};
+  table = CostTableFromCells(with_one_pass);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_THAT(table->verify_tokens(), ElementsAre(1, 4, 6));
+  ASSERT_TRUE(table->has_one_pass_draft());
+  EXPECT_THAT(table->one_pass_draft_seconds(), ElementsAre(0.0025, 0.009));
+  // Missing at one batch size: no one-pass phase, the rest as before.
+  with_one_pass.pop_back();
+  table = CostTableFromCells(with_one_pass);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_TRUE(table->has_draft_split());
+  EXPECT_FALSE(table->has_one_pass_draft());
+  // One that costs more than the five passes is left out, not fatal.
+  with_one_pass.push_back({.batch_size = 4, .verify_tokens = 8, .median_seconds = 0.5,
+                           .draft_passes = 1, .draft_pass_seconds = {0.05}, .draft_depth = 1});
+  table = CostTableFromCells(with_one_pass);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_FALSE(table->has_one_pass_draft());
+
   // A cell without passes (or at another count) gives no split.
   cells[2].draft_pass_seconds.clear();
   table = CostTableFromCells(cells);

@@ -424,6 +424,21 @@ absl::Status Engine::PinVerifyBudget(std::optional<double> fraction) {
   return absl::OkStatus();
 }
 
+absl::Status Engine::PinDraftDepth(std::optional<int> depth) {
+  if (comm_->rank() != 0) return absl::FailedPreconditionError("draft depth pins go to rank 0");
+  if (!draft_model_.has_value()) {
+    return absl::FailedPreconditionError("the engine has no draft model to pin the depth of");
+  }
+  if (depth.has_value() && (*depth < 0 || *depth > gamma_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pinned draft depth ", *depth, " is outside [0, ", gamma_, "]"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.draft_pin = DraftPinChange{depth};
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
 void Engine::Shutdown(absl::Time deadline) {
   std::lock_guard<std::mutex> lock(mu_);
   draining_ = true;

@@ -186,6 +186,7 @@ struct StepTiming {
   PlanReason plan_reason = PlanReason::kEmptyBatch;
   std::optional<double> pinned_budget_fraction;  // the planner's pin for the step
   int draft_passes = 0;       // the draft passes the step ran
+  DraftReason draft_reason = DraftReason::kEmptyBatch;  // why it ran them
   int drafting_requests = 0;  // requests that proposed drafts
   double draft_seconds = 0;   // the draft passes and their sampler, this rank's clock
   double verify_seconds = 0;  // target forward and sampler, this rank's clock
@@ -232,6 +233,12 @@ class Engine : public GenerationService {
   // outside [0, 1], and under a simulated acceptance other than 1 (as the
   // scheduler of seeds/002_d567d7ab3f14fa00.txt, "Cost table", refuses it).
   absl::Status PinVerifyBudget(std::optional<double> fraction);
+
+  // Rank 0: pins every request's draft depth to min(depth, its cap), whatever
+  // the draft planner would plan (nullopt unpins); it travels as the budget
+  // pin does. With a budget pin it gives `verdict profile` steps of fewer
+  // passes. Refused outside [0, gamma] and without a draft model.
+  absl::Status PinDraftDepth(std::optional<int> depth);
 
   // Every rank: called on the loop thread after each decode step. Set before
   // Run.

@@ -112,6 +112,7 @@ absl::Status Engine::CommitStep(const PlannedStep& step, const StepOutcome& outc
     timing.plan_reason = step.reason;
     timing.pinned_budget_fraction = step.pinned_budget_fraction;
     timing.draft_passes = outcome.draft_passes;
+    timing.draft_reason = step.draft_reason;
     timing.drafting_requests = drafting;
     timing.draft_seconds = outcome.draft_nanoseconds * 1e-9;
     timing.verify_seconds = outcome.verify_nanoseconds * 1e-9;
@@ -192,7 +193,7 @@ void Engine::set_metrics(ServingMetrics* metrics) {
   }
   for (DraftReason reason : {DraftReason::kPlanned, DraftReason::kNoDraftSplit,
                              DraftReason::kConfidencePrior, DraftReason::kOperatorLimit,
-                             DraftReason::kEmptyBatch}) {
+                             DraftReason::kEmptyBatch, DraftReason::kPinnedDepth}) {
     info.draft_reasons.emplace_back(DraftReasonName(reason));
   }
   metrics_->Configure(info);

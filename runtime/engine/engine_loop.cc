@@ -50,6 +50,10 @@ absl::Status Engine::Run() {
       absl::Status s = planner_->SetPinnedBudgetFraction(control.budget_pin->fraction);
       if (!s.ok()) return fail(s);
     }
+    if (control.draft_pin.has_value() && draft_planner_ != nullptr) {
+      absl::Status s = draft_planner_->SetPinnedDepth(control.draft_pin->depth);
+      if (!s.ok()) return fail(s);
+    }
     const bool shutdown = control.shutdown;
     ApplyControl(std::move(control));
     if (shutdown) {

@@ -119,13 +119,18 @@ std::string SerializeStepControl(const StepControl& control) {
     w.Pod<uint8_t>(control.budget_pin->fraction.has_value());
     w.Pod<double>(control.budget_pin->fraction.value_or(0.0));
   }
+  w.Pod<uint8_t>(control.draft_pin.has_value());
+  if (control.draft_pin.has_value()) {
+    w.Pod<uint8_t>(control.draft_pin->depth.has_value());
+    w.Pod<int32_t>(control.draft_pin->depth.value_or(0));
+  }
   return w.Take();
 }
 
 absl::StatusOr<StepControl> ParseStepControl(std::string_view bytes) {
   Reader r(bytes);
   StepControl control;
-  uint8_t shutdown;
+  uint8_t shutdown = 0;
   uint64_t num_arrived, num_cancelled;
   bool ok = r.Pod(&shutdown) && r.Pod(&num_arrived) && num_arrived <= bytes.size();
   control.shutdown = shutdown;
@@ -145,6 +150,16 @@ absl::StatusOr<StepControl> ParseStepControl(std::string_view bytes) {
     if (ok) {
       control.budget_pin = BudgetPinChange{};
       if (pinned) control.budget_pin->fraction = fraction;
+    }
+  }
+  uint8_t has_draft_pin = 0, depth_pinned = 0;
+  int32_t depth = 0;
+  ok = ok && r.Pod(&has_draft_pin) && has_draft_pin <= 1;
+  if (ok && has_draft_pin) {
+    ok = r.Pod(&depth_pinned) && depth_pinned <= 1 && r.Pod(&depth);
+    if (ok) {
+      control.draft_pin = DraftPinChange{};
+      if (depth_pinned) control.draft_pin->depth = depth;
     }
   }
   if (!ok || !r.done()) {

@@ -1,7 +1,7 @@
 // StepControl: what rank 0 tells every rank before a step, so that all
 // tensor-parallel ranks run the same batch: the requests that arrived (with
 // the seed rank 0 chose for them), the requests cancelled, a change of the
-// pinned verify budget, and whether to shut down. Only rank 0 talks to
+// pinned verify budget or draft depth, and whether to shut down. Only rank 0 talks to
 // clients; the others follow these messages.
 #ifndef VERDICT_RUNTIME_ENGINE_STEP_CONTROL_H_
 #define VERDICT_RUNTIME_ENGINE_STEP_CONTROL_H_
@@ -31,14 +31,23 @@ struct BudgetPinChange {
   std::optional<double> fraction;
 };
 
+// A new pin of the draft planner's depth (`verdict profile`), applied as a
+// budget pin is.
+struct DraftPinChange {
+  // Every request drafts min(depth, its cap); nullopt unpins.
+  std::optional<int> depth;
+};
+
 struct StepControl {
   std::vector<ArrivedRequest> arrived;  // in arrival order
   std::vector<std::string> cancelled;
   std::optional<BudgetPinChange> budget_pin;  // unset: the pin stays as it is
+  std::optional<DraftPinChange> draft_pin;    // unset: the pin stays as it is
   bool shutdown = false;
 
   bool empty() const {
-    return arrived.empty() && cancelled.empty() && !budget_pin.has_value() && !shutdown;
+    return arrived.empty() && cancelled.empty() && !budget_pin.has_value() &&
+           !draft_pin.has_value() && !shutdown;
   }
 };
 

@@ -87,6 +87,34 @@ TEST(StepControlTest, BudgetPinChangesRoundTrip) {
   }
 }
 
+TEST(StepControlTest, DraftPinChangesRoundTripBesideABudgetPin) {
+  StepControl pin;
+  pin.draft_pin = DraftPinChange{1};
+  pin.budget_pin = BudgetPinChange{1.0};
+  EXPECT_FALSE(pin.empty());
+  absl::StatusOr<StepControl> parsed = ParseStepControl(SerializeStepControl(pin));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->draft_pin.has_value());
+  ASSERT_TRUE(parsed->draft_pin->depth.has_value());
+  EXPECT_EQ(*parsed->draft_pin->depth, 1);
+  ASSERT_TRUE(parsed->budget_pin.has_value());
+  EXPECT_EQ(parsed->budget_pin->fraction, 1.0);
+
+  StepControl only_draft;
+  only_draft.draft_pin = DraftPinChange{std::nullopt};
+  EXPECT_FALSE(only_draft.empty());
+  parsed = ParseStepControl(SerializeStepControl(only_draft));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->draft_pin.has_value());
+  EXPECT_FALSE(parsed->draft_pin->depth.has_value());
+  EXPECT_FALSE(parsed->budget_pin.has_value());
+
+  const std::string bytes = SerializeStepControl(pin);
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    EXPECT_FALSE(ParseStepControl(bytes.substr(0, cut)).ok()) << "cut at " << cut;
+  }
+}
+
 TEST(StepControlTest, TruncatedOrPaddedMessagesAreRefused) {
   StepControl control;
   ArrivedRequest a;
