@@ -406,8 +406,9 @@ void ServingMetrics::RecordGraphReplays(int64_t target, int64_t draft) {
 void ServingMetrics::RecordEagerPasses(const std::string& model, const std::string& reason,
                                        int64_t total) {
   if (total == 0) return;  // no series until the first such pass
-  AdvanceTo(eager_passes_family_.Add({{"model", model}, {"reason", reason}}),
-            static_cast<double>(total));
+  prometheus::Counter*& series = eager_passes_[std::make_pair(model, reason)];
+  if (series == nullptr) series = &eager_passes_family_.Add({{"model", model}, {"reason", reason}});
+  AdvanceTo(*series, static_cast<double>(total));
 }
 
 void ServingMetrics::RecordPlanCheck(bool mismatch) {

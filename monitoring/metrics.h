@@ -45,8 +45,10 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "prometheus/counter.h"
@@ -220,6 +222,10 @@ class ServingMetrics {
   prometheus::Counter& target_graph_replays_;
   prometheus::Counter& draft_graph_replays_;
   prometheus::Family<prometheus::Counter>& eager_passes_family_;
+  // The eager-pass series by (model, reason), made at their first pass, so
+  // that a step's records look up a map rather than the family's labels.
+  // Touched by the recording (engine loop) thread only.
+  absl::flat_hash_map<std::pair<std::string, std::string>, prometheus::Counter*> eager_passes_;
   // TP
   prometheus::Counter& plan_checks_;
   prometheus::Counter& plan_mismatches_;
