@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/json_number.h"
@@ -119,6 +120,27 @@ json GridToJson(const std::vector<double>& grid) {
     }
   }
   return out;
+}
+
+// A per-batch-size array of times (the draft split's keys): numbers, each
+// finite; their ranges are checked where they are set.
+absl::StatusOr<std::vector<double>> PerBatchTimes(const json& array, absl::string_view key) {
+  if (!array.is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat("cost table: '", key, "' is not an array"));
+  }
+  std::vector<double> times;
+  for (size_t b = 0; b < array.size(); ++b) {
+    const json& v = array[b];
+    absl::StatusOr<double> t =
+        v.is_number() ? JsonFiniteNumber(v, "")
+                      : absl::StatusOr<double>(absl::InvalidArgumentError("is not a number"));
+    if (!t.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cost table: ", key, "[", b, "]: ", t.status().message()));
+    }
+    times.push_back(*t);
+  }
+  return times;
 }
 
 }  // namespace
@@ -238,20 +260,9 @@ absl::StatusOr<CostTable> CostTable::FromJson(std::string_view text) {
                        JsonForMessage(*passes)));
     }
     draft_passes = static_cast<int>(*value);
-    if (!pass_seconds->is_array()) {
-      return absl::InvalidArgumentError("cost table: 'draft_pass_seconds' is not an array");
-    }
-    for (size_t b = 0; b < pass_seconds->size(); ++b) {
-      const json& v = (*pass_seconds)[b];
-      absl::StatusOr<double> t =
-          v.is_number() ? JsonFiniteNumber(v, "")
-                        : absl::StatusOr<double>(absl::InvalidArgumentError("is not a number"));
-      if (!t.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("cost table: draft_pass_seconds[", b,
-                                                       "]: ", t.status().message()));
-      }
-      draft_pass_seconds.push_back(*t);
-    }
+    absl::StatusOr<std::vector<double>> times = PerBatchTimes(*pass_seconds, "draft_pass_seconds");
+    if (!times.ok()) return times.status();
+    draft_pass_seconds = *std::move(times);
   }
   std::vector<double> one_pass_draft_seconds;
   if (auto one_pass = doc.find("one_pass_draft_seconds"); one_pass != doc.end()) {
@@ -260,20 +271,9 @@ absl::StatusOr<CostTable> CostTable::FromJson(std::string_view text) {
           "cost table: 'one_pass_draft_seconds' needs the draft split ('draft_passes' and "
           "'draft_pass_seconds')");
     }
-    if (!one_pass->is_array()) {
-      return absl::InvalidArgumentError("cost table: 'one_pass_draft_seconds' is not an array");
-    }
-    for (size_t b = 0; b < one_pass->size(); ++b) {
-      const json& v = (*one_pass)[b];
-      absl::StatusOr<double> t =
-          v.is_number() ? JsonFiniteNumber(v, "")
-                        : absl::StatusOr<double>(absl::InvalidArgumentError("is not a number"));
-      if (!t.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("cost table: one_pass_draft_seconds[", b,
-                                                       "]: ", t.status().message()));
-      }
-      one_pass_draft_seconds.push_back(*t);
-    }
+    absl::StatusOr<std::vector<double>> times = PerBatchTimes(*one_pass, "one_pass_draft_seconds");
+    if (!times.ok()) return times.status();
+    one_pass_draft_seconds = *std::move(times);
   }
   absl::StatusOr<CostTable> table =
       Create(*std::move(batch_sizes), *std::move(verify_tokens), std::move(seconds));

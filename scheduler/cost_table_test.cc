@@ -27,6 +27,17 @@ CostTable AffineTable() {
 
 double Affine(double b, double m) { return 0.001 * b + 0.0001 * m + 0.002; }
 
+// The grid of the draft-split tests, as JSON members.
+constexpr char kSplitGrid[] =
+    R"("batch_sizes": [1, 4], "verify_tokens": [1, 8], "seconds": [[0.010, 0.012], [0.020, 0.030]])";
+
+// `json` does not load, and the message says `why`.
+void ExpectRefused(const std::string& json, const std::string& why) {
+  const absl::StatusOr<CostTable> bad = CostTable::FromJson(json);
+  ASSERT_FALSE(bad.ok()) << json;
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr(why)) << json;
+}
+
 TEST(CostTableTest, ReproducesCellsExactly) {
   const CostTable t = AffineTable();
   for (size_t b = 0; b < t.batch_sizes().size(); ++b) {
@@ -142,18 +153,13 @@ TEST(CostTableTest, DraftSplitLoadsRoundTripsAndPricesFewerPasses) {
   EXPECT_TRUE(back->has_draft_split());
   EXPECT_DOUBLE_EQ(back->PredictStep(4, 8, 0), t->PredictStep(4, 8, 0));
 
-  const auto refused = [](const std::string& json, const std::string& why) {
-    const absl::StatusOr<CostTable> bad = CostTable::FromJson(json);
-    ASSERT_FALSE(bad.ok()) << json;
-    EXPECT_THAT(std::string(bad.status().message()), HasSubstr(why)) << json;
-  };
-  const std::string grid =
-      R"("batch_sizes": [1, 4], "verify_tokens": [1, 8], "seconds": [[0.010, 0.012], [0.020, 0.030]])";
-  refused("{" + grid + R"(, "draft_passes": 4})", "come together");
-  refused("{" + grid + R"(, "draft_passes": 4, "draft_pass_seconds": [0.001]})", "batch grid");
-  refused("{" + grid + R"(, "draft_passes": 4, "draft_pass_seconds": [0.001, 0.006]})",
+  const std::string grid = kSplitGrid;
+  ExpectRefused("{" + grid + R"(, "draft_passes": 4})", "come together");
+  ExpectRefused("{" + grid + R"(, "draft_passes": 4, "draft_pass_seconds": [0.001]})",
+                "batch grid");
+  ExpectRefused("{" + grid + R"(, "draft_passes": 4, "draft_pass_seconds": [0.001, 0.006]})",
           "no time for the verify");
-  refused("{" + grid + R"(, "draft_passes": 0, "draft_pass_seconds": [0.001, 0.002]})",
+  ExpectRefused("{" + grid + R"(, "draft_passes": 0, "draft_pass_seconds": [0.001, 0.002]})",
           "draft_passes");
   // A table without the split prices every step whole.
   const CostTable whole = *CostTable::Create({1, 4}, {1, 8}, {0.010, 0.012, 0.020, 0.030});
@@ -197,22 +203,17 @@ TEST(CostTableTest, OnePassDraftPricesTheFirstPassApart) {
   EXPECT_DOUBLE_EQ(mean->PredictDraftPhase(4, 1), 0.002);
   EXPECT_DOUBLE_EQ(mean->PredictStep(4, 8, 1), 0.030 - 3 * 0.002);
 
-  const auto refused = [](const std::string& json, const std::string& why) {
-    const absl::StatusOr<CostTable> bad = CostTable::FromJson(json);
-    ASSERT_FALSE(bad.ok()) << json;
-    EXPECT_THAT(std::string(bad.status().message()), HasSubstr(why)) << json;
-  };
-  const std::string grid =
-      R"("batch_sizes": [1, 4], "verify_tokens": [1, 8], "seconds": [[0.010, 0.012], [0.020, 0.030]])";
+  const std::string grid = kSplitGrid;
   const std::string split = R"(, "draft_passes": 4, "draft_pass_seconds": [0.001, 0.002])";
-  refused("{" + grid + R"(, "one_pass_draft_seconds": [0.001, 0.002]})", "needs the draft split");
-  refused("{" + grid + split + R"(, "one_pass_draft_seconds": [0.001]})", "batch grid");
-  refused("{" + grid + split + R"(, "one_pass_draft_seconds": [0.001, 0]})",
+  ExpectRefused("{" + grid + R"(, "one_pass_draft_seconds": [0.001, 0.002]})",
+                "needs the draft split");
+  ExpectRefused("{" + grid + split + R"(, "one_pass_draft_seconds": [0.001]})", "batch grid");
+  ExpectRefused("{" + grid + split + R"(, "one_pass_draft_seconds": [0.001, 0]})",
           "one_pass_draft_seconds[1] = 0 is not a positive time");
-  refused("{" + grid + split + R"(, "one_pass_draft_seconds": [0.001, 0.009]})",
+  ExpectRefused("{" + grid + split + R"(, "one_pass_draft_seconds": [0.001, 0.009]})",
           "more than the 4 passes");
-  refused("{" + grid + split + R"(, "one_pass_draft_seconds": 0.001})", "not an array");
-  refused("{" + grid + R"(, "draft_passes": 1, "draft_pass_seconds": [0.001, 0.002],
+  ExpectRefused("{" + grid + split + R"(, "one_pass_draft_seconds": 0.001})", "not an array");
+  ExpectRefused("{" + grid + R"(, "draft_passes": 1, "draft_pass_seconds": [0.001, 0.002],
           "one_pass_draft_seconds": [0.001, 0.002]})", "draft_passes 1");
 }
 

@@ -243,9 +243,11 @@ TEST(DraftPlannerTest, ADearFirstPassAndCheapLaterPassesDraftDeeper) {
   const std::vector<int32_t> max_lens(4, 5);
   DraftPlan mean_plan, dear_plan;
   DraftPlanner mean = *DraftPlanner::Create({.gamma = 4}, SplitTable(pass, 4, 0.0001));
-  ASSERT_TRUE(mean.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &mean_plan).ok());
+  ASSERT_TRUE(
+      mean.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &mean_plan).ok());
   DraftPlanner dear = *DraftPlanner::Create({.gamma = 4}, OnePassTable(pass, 4, 0.0001, 0.95));
-  ASSERT_TRUE(dear.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &dear_plan).ok());
+  ASSERT_TRUE(
+      dear.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &dear_plan).ok());
   EXPECT_EQ(mean_plan.passes, 3);
   EXPECT_EQ(dear_plan.passes, 4);
   // The dear table is priced through its own draft phase.

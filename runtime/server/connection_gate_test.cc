@@ -87,29 +87,43 @@ std::string Payload() {
 
 constexpr char kRequest[] = "GET /stream HTTP/1.1\r\nHost: verdict\r\n\r\n";
 
+// A started gate in front of an Upstream.
+class ConnectionGateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(gate_.Listen().ok());
+    ASSERT_TRUE(gate_.Start(upstream_.name(), upstream_.length()).ok());
+  }
+
+  // A client connection whose request the gate has passed on: the
+  // client's socket, and civetweb's end (conn).
+  void PassOnARequest(int* client, int* conn) {
+    *client = ConnectTo(gate_.port());
+    ASSERT_TRUE(SendAll(*client, kRequest));
+    std::string head;
+    *conn = upstream_.AcceptAndReadHead(&head);
+    EXPECT_NE(head.find(std::string(ConnectionGate::kConnectionHeader) + ": "), std::string::npos)
+        << head;
+  }
+
+  Upstream upstream_;
+  ConnectionGate gate_{{}, [](absl::string_view) { return ProbeAnswer{200, "{}"}; }};
+};
+
 // What a process that exits right after its handlers have written their
 // last bytes relies on: once Flush returns true, stopping the gate loses
 // nothing civetweb wrote before it.
-TEST(ConnectionGateTest, FlushHandsEveryWrittenByteToTheClientBeforeStop) {
-  Upstream upstream;
-  ConnectionGate gate({}, [](absl::string_view) { return ProbeAnswer{200, "{}"}; });
-  ASSERT_TRUE(gate.Listen().ok());
-  ASSERT_TRUE(gate.Start(upstream.name(), upstream.length()).ok());
-
-  const int client = ConnectTo(gate.port());
-  ASSERT_TRUE(SendAll(client, kRequest));
+TEST_F(ConnectionGateTest, FlushHandsEveryWrittenByteToTheClientBeforeStop) {
+  int client = -1, conn = -1;
+  PassOnARequest(&client, &conn);
   std::string received;
   std::thread reader([&] { received = ReadToEnd(client); });
 
-  std::string head;
-  const int conn = upstream.AcceptAndReadHead(&head);
-  EXPECT_NE(head.find(std::string(ConnectionGate::kConnectionHeader) + ": "), std::string::npos)
-      << head;
   const std::string payload = Payload();
   ASSERT_TRUE(SendAll(conn, payload));
 
-  EXPECT_TRUE(gate.Flush(absl::Now() + absl::Seconds(30)));
-  gate.Stop();  // closes the client's connection: the reader sees its end
+  EXPECT_TRUE(gate_.Flush(absl::Now() + absl::Seconds(30)));
+  gate_.Stop();  // closes the client's connection: the reader sees its end
   reader.join();
   EXPECT_EQ(received.size(), payload.size());
   EXPECT_TRUE(received == payload) << "the relayed bytes differ from the written ones";
@@ -118,16 +132,9 @@ TEST(ConnectionGateTest, FlushHandsEveryWrittenByteToTheClientBeforeStop) {
 }
 
 // A client that reads nothing cannot hold a flush past its deadline.
-TEST(ConnectionGateTest, FlushGivesUpAtTheDeadlineOnAClientThatDoesNotRead) {
-  Upstream upstream;
-  ConnectionGate gate({}, [](absl::string_view) { return ProbeAnswer{200, "{}"}; });
-  ASSERT_TRUE(gate.Listen().ok());
-  ASSERT_TRUE(gate.Start(upstream.name(), upstream.length()).ok());
-
-  const int client = ConnectTo(gate.port());
-  ASSERT_TRUE(SendAll(client, kRequest));
-  std::string head;
-  const int conn = upstream.AcceptAndReadHead(&head);
+TEST_F(ConnectionGateTest, FlushGivesUpAtTheDeadlineOnAClientThatDoesNotRead) {
+  int client = -1, conn = -1;
+  PassOnARequest(&client, &conn);
   // Fills every buffer on the way: writes until a write 100 ms after the
   // last one that went through still finds no room.
   const std::string payload = Payload();
@@ -147,25 +154,21 @@ TEST(ConnectionGateTest, FlushGivesUpAtTheDeadlineOnAClientThatDoesNotRead) {
 
   const absl::Duration wait = absl::Milliseconds(300);
   const absl::Time start = absl::Now();
-  EXPECT_FALSE(gate.Flush(start + wait));
+  EXPECT_FALSE(gate_.Flush(start + wait));
   const absl::Duration took = absl::Now() - start;
   EXPECT_GE(took, wait);
   EXPECT_LT(took, wait + absl::Seconds(5));
-  gate.Stop();
+  gate_.Stop();
   // A stopped gate answers at once.
-  EXPECT_FALSE(gate.Flush(absl::Now() + absl::Seconds(30)));
+  EXPECT_FALSE(gate_.Flush(absl::Now() + absl::Seconds(30)));
   close(conn);
   close(client);
 }
 
 // With nothing on its way, a flush returns within the gate's turn.
-TEST(ConnectionGateTest, FlushOfAnIdleGateReturnsAtOnce) {
-  Upstream upstream;
-  ConnectionGate gate({}, [](absl::string_view) { return ProbeAnswer{200, "{}"}; });
-  ASSERT_TRUE(gate.Listen().ok());
-  ASSERT_TRUE(gate.Start(upstream.name(), upstream.length()).ok());
+TEST_F(ConnectionGateTest, FlushOfAnIdleGateReturnsAtOnce) {
   const absl::Time start = absl::Now();
-  EXPECT_TRUE(gate.Flush(start + absl::Seconds(30)));
+  EXPECT_TRUE(gate_.Flush(start + absl::Seconds(30)));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
