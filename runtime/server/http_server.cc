@@ -13,12 +13,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -176,6 +179,21 @@ void StopCivetweb(mg_context* ctx, const sockaddr_un& listener, socklen_t length
   waker.join();
 }
 
+// A new directory, mode 0700, for civetweb's listener: under $TMPDIR when
+// the socket's path fits there, else under /tmp; empty if none can be made.
+std::string PrivateDirectory() {
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::vector<std::string> bases;
+  // Room for "/verdict-http-XXXXXX/civetweb.sock" within sun_path (108).
+  if (tmpdir != nullptr && tmpdir[0] == '/' && std::strlen(tmpdir) < 60) bases.push_back(tmpdir);
+  bases.push_back("/tmp");
+  for (const std::string& base : bases) {
+    std::string name = base + "/verdict-http-XXXXXX";
+    if (mkdtemp(name.data()) != nullptr) return name;  // mkdtemp makes it 0700
+  }
+  return "";
+}
+
 uint64_t RandomSalt() {
   std::random_device device;
   return (static_cast<uint64_t>(device()) << 32) ^ device();
@@ -294,6 +312,7 @@ absl::Status HttpServer::Start() {
   if (!started.ok()) {
     StopCivetweb(ctx_, upstream_, upstream_length_);
     ctx_ = nullptr;
+    RemoveListenerPath();
     gate_.reset();
     return started;
   }
@@ -313,26 +332,46 @@ void HttpServer::TakeOverListener(const mg_context* ctx) {
     takeover_error_ = "cannot find civetweb's listening socket";
     return;
   }
-  const int unix_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  // A path in a directory of its own, mode 0700: only this user's
+  // processes can reach civetweb past the gate (an abstract name would
+  // let any local user connect, around the gate's caps and deadlines).
+  std::string dir = PrivateDirectory();
+  const std::string path = dir.empty() ? "" : dir + "/civetweb.sock";
   sockaddr_un name = {};
   name.sun_family = AF_UNIX;
-  socklen_t length = sizeof(name);
-  // An empty name: the kernel picks a unique abstract one (no file).
+  if (path.empty() || path.size() >= sizeof(name.sun_path)) {
+    if (!dir.empty()) rmdir(dir.c_str());
+    takeover_error_ = absl::StrCat("cannot make a private directory for civetweb's listener: ",
+                                   dir.empty() ? std::strerror(errno) : "its path is too long");
+    return;
+  }
+  std::memcpy(name.sun_path, path.c_str(), path.size() + 1);
+  const socklen_t length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + 1);
+  const int unix_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   // dup3 puts the new socket under the number civetweb polls and accepts
   // on, and closes the TCP one.
   const bool ok =
-      unix_fd >= 0 && bind(unix_fd, reinterpret_cast<sockaddr*>(&name), sizeof(sa_family_t)) == 0 &&
+      unix_fd >= 0 && bind(unix_fd, reinterpret_cast<const sockaddr*>(&name), length) == 0 &&
       listen(unix_fd, std::max({options_.num_threads, options_.max_connections, 1024})) == 0 &&
-      getsockname(unix_fd, reinterpret_cast<sockaddr*>(&name), &length) == 0 &&
       dup3(unix_fd, tcp, O_CLOEXEC) == tcp;
+  const int error = errno;
   if (unix_fd >= 0) close(unix_fd);
+  listener_dir_ = dir;
   if (!ok) {
+    RemoveListenerPath();
     takeover_error_ = absl::StrCat("cannot give civetweb a unix-domain listener: ",
-                                   std::strerror(errno));
+                                   std::strerror(error));
     return;
   }
   upstream_ = name;
   upstream_length_ = length;
+}
+
+void HttpServer::RemoveListenerPath() {
+  if (listener_dir_.empty()) return;
+  unlink((listener_dir_ + "/civetweb.sock").c_str());
+  rmdir(listener_dir_.c_str());
+  listener_dir_.clear();
 }
 
 void HttpServer::Shutdown(absl::Duration deadline) {
@@ -374,6 +413,7 @@ void HttpServer::Shutdown(absl::Duration deadline) {
   // stopped one) so that an Abandon running now can still call it.
   StopCivetweb(ctx_, upstream_, upstream_length_);
   ctx_ = nullptr;
+  RemoveListenerPath();
   gate_->Flush(absl::Now() + kLastBytesGrace);
   gate_->Stop();
 }

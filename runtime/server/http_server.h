@@ -124,8 +124,11 @@ class HttpServer {
   // client's hang-up and shut by the body deadline.
   int ClientSocket(mg_connection* conn) const;
   // civetweb's init_context: trades civetweb's TCP listener for a
-  // unix-domain one that only the gate connects to.
+  // unix-domain one that only the gate connects to, at a path in a
+  // directory only this user can enter.
   void TakeOverListener(const mg_context* ctx);
+  // Removes that path and its directory (after civetweb has stopped).
+  void RemoveListenerPath();
   int HandleGenerate(mg_connection* conn, ApiEndpoint endpoint);
   // POST /tokenize (true) or /detokenize (false).
   int HandleTokenizer(mg_connection* conn, bool tokenize);
@@ -171,6 +174,7 @@ class HttpServer {
   sockaddr_un upstream_ = {};
   socklen_t upstream_length_ = 0;
   std::string takeover_error_;
+  std::string listener_dir_;  // the listener's private directory; removed by Shutdown
 
   mutable absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -4,11 +4,15 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -1167,6 +1171,52 @@ TEST_F(HttpServerTest, IdleShutdownIsPrompt) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1000));
   EXPECT_FALSE(HttpConnection(port_).connected());
   server_->Shutdown(absl::Seconds(30));  // a second call does nothing
+}
+
+// The unix-domain paths this process listens on (/proc/net/unix entries
+// whose inode is one of this process's sockets).
+std::vector<std::string> OwnUnixListenerPaths() {
+  std::vector<std::string> inodes;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code error;
+    const std::string target = std::filesystem::read_symlink(entry.path(), error).string();
+    if (!error && absl::StartsWith(target, "socket:[")) {
+      inodes.push_back(target.substr(8, target.size() - 9));
+    }
+  }
+  std::vector<std::string> paths;
+  std::ifstream table("/proc/net/unix");
+  std::string line;
+  std::getline(table, line);  // the header
+  while (std::getline(table, line)) {
+    // Num RefCount Protocol Flags Type St Inode Path
+    std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    const bool listening = fields.size() >= 8 && fields[3] == "00010000";  // __SO_ACCEPTCON
+    if (listening && fields[7][0] == '/' &&
+        std::find(inodes.begin(), inodes.end(), fields[6]) != inodes.end()) {
+      paths.push_back(fields[7]);
+    }
+  }
+  return paths;
+}
+
+// civetweb listens past the gate at a path in a directory only this user
+// can enter, not at an abstract name any local user could connect to, and
+// the path is gone with the server.
+TEST_F(HttpServerTest, CivetwebListensOnlyWhereThisUserCanReach) {
+  StartServer(service_);
+  const std::vector<std::string> paths = OwnUnixListenerPaths();
+  ASSERT_THAT(paths, SizeIs(1));
+  const std::string dir = std::filesystem::path(paths[0]).parent_path().string();
+  EXPECT_THAT(dir, HasSubstr("verdict-http-"));
+  struct stat info = {};
+  ASSERT_EQ(stat(dir.c_str(), &info), 0) << dir;
+  EXPECT_EQ(info.st_mode & 0777, 0700u) << dir;
+  EXPECT_EQ(info.st_uid, geteuid());
+  EXPECT_EQ(Fetch(port_, "GET", "/v1/models").status, 200);  // through the gate
+  server_->Shutdown(absl::ZeroDuration());
+  EXPECT_FALSE(std::filesystem::exists(paths[0]));
+  EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
 TEST_F(HttpServerTest, StartFailsOnABusyPort) {
