@@ -22,7 +22,7 @@ class Writer {
   template <typename T>
   void Vector(const std::vector<T>& v) {
     Pod<uint64_t>(v.size());
-    out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+    if (!v.empty()) out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
   std::string Take() { return std::move(out_); }
 
@@ -52,7 +52,8 @@ class Reader {
     uint64_t n;
     if (!Pod(&n) || n > in_.size() / sizeof(T)) return false;
     v->resize(n);
-    std::memcpy(v->data(), in_.data(), n * sizeof(T));
+    // An empty vector's data() may be null, which memcpy must not get.
+    if (n > 0) std::memcpy(v->data(), in_.data(), n * sizeof(T));
     in_.remove_prefix(n * sizeof(T));
     return true;
   }
