@@ -404,6 +404,24 @@ struct Malformed {
   std::string param;  // "" when the error names no field
 };
 
+// A body nested 200,000 levels deep in chat_template_kwargs (well within
+// the body limit) crashed the server on civetweb's 100 KiB worker stack; it
+// is a 400 now, on every endpoint, and the server keeps serving.
+TEST_F(HttpServerTest, ADeeplyNestedBodyIs400AndTheServerKeepsServing) {
+  StartServer(service_);
+  const int depth = 200000;
+  const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+  const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, )"
+                           R"("chat_template_kwargs": {"x": )" + deep + "}}";
+  for (const char* path : {"/v1/chat/completions", "/tokenize"}) {
+    const HttpResponse r = Fetch(port_, "POST", path, chat);
+    EXPECT_EQ(r.status, 400) << path;
+    EXPECT_THAT(r.body, HasSubstr("deeper than")) << path;
+  }
+  EXPECT_EQ(Fetch(port_, "POST", "/v1/completions", CompletionBody(5)).status, 200);
+  EXPECT_EQ(Fetch(port_, "GET", "/health").status, 200);
+}
+
 TEST_F(HttpServerTest, MalformedRequestsGet4xxAndTheServerKeepsServing) {
   HttpServerOptions options;
   options.max_body_bytes = 4096;

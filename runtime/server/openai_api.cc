@@ -567,9 +567,24 @@ absl::Status ParseCommon(Fields& fields, const ServedModel& model, int vocab_siz
   return CheckUnsupported(fields, kCommonUnsupported);
 }
 
-// The body as a JSON object naming the served model (or none).
+// The body as a JSON object naming the served model (or none). Nesting is
+// bounded: the handlers run on civetweb's worker threads, whose stacks are
+// small (100 KiB in Debian's build), and the chat template's arguments go
+// through recursive code (their conversion, the template's evaluator).
 absl::StatusOr<json> ParseBody(absl::string_view body, const ServedModel& model) {
-  json root = json::parse(body.begin(), body.end(), nullptr, false);
+  bool too_deep = false;
+  const json::parser_callback_t bound_depth = [&too_deep](int depth, json::parse_event_t event,
+                                                          json&) {
+    const bool opens =
+        event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
+    if (opens && depth >= kMaxRequestJsonDepth) too_deep = true;
+    return !too_deep;  // what lies deeper is dropped, not built
+  };
+  json root = json::parse(body.begin(), body.end(), bound_depth, false);
+  if (too_deep) {
+    return Invalid("", absl::StrCat("Request body nests objects and arrays deeper than ",
+                                    kMaxRequestJsonDepth, " levels"));
+  }
   if (root.is_discarded()) return Invalid("", JsonErrorMessage(body));
   if (!root.is_object()) return Invalid("", "Request body must be a JSON object");
   auto it = root.find("model");

@@ -52,6 +52,9 @@ inline constexpr int kMaxStopTokenIds = 64;
 // refused rather than answered with fewer.
 inline constexpr int kMaxLogprobs = 1;
 inline constexpr int kDefaultCompletionMaxTokens = 16;
+// Objects and arrays open at once in a request body, the body's own object
+// the first; deeper bodies are refused (400).
+inline constexpr int kMaxRequestJsonDepth = 64;
 
 enum class ApiEndpoint { kCompletions, kChatCompletions };
 

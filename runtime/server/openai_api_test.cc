@@ -439,6 +439,40 @@ struct BadRequest {
 
 // Each malformed request is answered with the right status and a message
 // that names the field at fault.
+// Nesting is bounded on every endpoint: the body's object and 63 levels
+// below it parse; one level more is a 400 that says so (the handlers run on
+// small worker stacks, and 200,000 levels in chat_template_kwargs crashed
+// the server).
+TEST_F(OpenAiApiTest, BodiesNestedDeeperThanTheLimitAreRefused) {
+  const auto nested = [](int levels) {  // `levels` arrays, one inside the next
+    return std::string(levels, '[') + std::string(levels, ']');
+  };
+  const std::string chat = R"({"messages": [{"role": "user", "content": "x"}], )";
+  const int below = kMaxRequestJsonDepth - 1;  // the body's own object is one level
+  absl::StatusOr<ApiRequest> fits =
+      api_.ParseChat(chat + R"("chat_template_kwargs": {"x": )" + nested(below - 1) + "}}");
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  const std::vector<std::string> deep = {
+      chat + R"("chat_template_kwargs": {"x": )" + nested(below) + "}}",
+      chat + R"("chat_template_kwargs": {"x": )" + nested(200000) + "}}",
+      R"({"prompt": "x", "stop": )" + nested(kMaxRequestJsonDepth) + "}",
+  };
+  for (const std::string& body : deep) {
+    for (bool is_chat : {true, false}) {
+      absl::StatusOr<ApiRequest> r = is_chat ? api_.ParseChat(body) : api_.ParseCompletion(body);
+      ASSERT_FALSE(r.ok()) << body.substr(0, 120);
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(std::string(r.status().message()),
+                  HasSubstr(absl::StrCat("deeper than ", kMaxRequestJsonDepth, " levels")));
+    }
+  }
+  const std::string deep_tokenize = R"({"prompt": "x", "x": )" + nested(100000) + "}";
+  EXPECT_THAT(std::string(api_.TokenizeReply(deep_tokenize).status().message()),
+              HasSubstr("deeper than"));
+  EXPECT_THAT(std::string(api_.DetokenizeReply(deep_tokenize).status().message()),
+              HasSubstr("deeper than"));
+}
+
 TEST_F(OpenAiApiTest, MalformedRequestsNameTheField) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
   const std::vector<BadRequest> cases = {
