@@ -22,6 +22,7 @@
 #include "monitoring/metrics.h"
 #include "runtime/text/chat_template.h"
 #include "runtime/cli/engine_flags.h"
+#include "runtime/cli/step_log.h"
 #include "runtime/model/generation_config.h"
 #include "runtime/server/http_server.h"
 #include "runtime/server/openai_api.h"
@@ -57,6 +58,9 @@ ABSL_FLAG(int, max_connections, 1024,
 ABSL_FLAG(int, max_connections_per_client, 256,
           "serve: HTTP connections open at once from one client address (429 with Retry-After "
           "beyond; 0: no cap)");
+ABSL_FLAG(std::string, step_log, "",
+          "serve: write a JSON line per decode step (batch, plans, measured and predicted "
+          "seconds) to this file; empty: off");
 ABSL_FLAG(int, http_threads, 0,
           "serve: HTTP connections served at once (each streaming client holds one); 0: one "
           "per request the engine can hold (--max-running-requests + --max-waiting-requests) "
@@ -244,6 +248,18 @@ int RunServeCommand(absl::Span<char* const> positional) {
       return 1;
     }
     exposer = *std::move(started);
+  }
+  std::unique_ptr<StepLog> step_log;
+  if (const std::string path = absl::GetFlag(FLAGS_step_log); !path.empty()) {
+    absl::StatusOr<std::unique_ptr<StepLog>> opened = StepLog::Open(path);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "verdict serve: %s\n", opened.status().ToString().c_str());
+      engine.Shutdown();
+      engine.Run().IgnoreError();
+      return 1;
+    }
+    step_log = *std::move(opened);
+    engine.set_step_observer([log = step_log.get()](const StepTiming& t) { log->Write(t); });
   }
 
   absl::Status run_status;

@@ -190,6 +190,9 @@ struct StepTiming {
   int drafting_requests = 0;  // requests that proposed drafts
   double draft_seconds = 0;   // the draft passes and their sampler, this rank's clock
   double verify_seconds = 0;  // target forward and sampler, this rank's clock
+  // The cost table's price of the step as planned (draft + verify); 0
+  // without a table.
+  double predicted_seconds = 0;
 };
 
 class Engine : public GenerationService {

@@ -116,6 +116,7 @@ absl::Status Engine::CommitStep(const PlannedStep& step, const StepOutcome& outc
     timing.drafting_requests = drafting;
     timing.draft_seconds = outcome.draft_nanoseconds * 1e-9;
     timing.verify_seconds = outcome.verify_nanoseconds * 1e-9;
+    timing.predicted_seconds = step.predicted_seconds;
     step_observer_(timing);
   }
   if (!observations.empty()) {

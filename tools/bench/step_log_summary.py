@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Summarises `verdict serve --step-log` files: per (batch size range, draft
+passes), how many steps ran, their measured draft and verify time, and the
+cost table's price of them, so a mispriced kind of step stands out.
+
+    python3 tools/bench/step_log_summary.py steps.jsonl [more.jsonl ...]
+"""
+import argparse
+import collections
+import json
+import statistics
+import sys
+
+
+def batch_range(b):
+    """Power-of-two ranges: 1, 2-3, 4-7, ..., so a sweep's points stay apart."""
+    lo = 1
+    while lo * 2 <= b:
+        lo *= 2
+    return lo, lo * 2 - 1
+
+
+def summarise(path, out):
+    groups = collections.defaultdict(list)
+    reasons = collections.Counter()
+    with open(path) as f:
+        for line in f:
+            s = json.loads(line)
+            reasons[s["draft_reason"]] += 1
+            groups[(batch_range(s["batch"]), s["draft_passes"])].append(s)
+    out.write(f"# {path}: {sum(reasons.values())} steps; draft plans: "
+              + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())) + "\n")
+    out.write("| batch | passes | steps | drafting | verify rows | draft ms | verify ms "
+              "| measured ms | predicted ms | predicted / measured |\n")
+    out.write("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    for ((lo, hi), passes), steps in sorted(groups.items()):
+        def mean(key):
+            return statistics.fmean(s[key] for s in steps)
+        measured = mean("draft_seconds") + mean("verify_seconds")
+        predicted = mean("predicted_seconds")
+        ratio = f"{predicted / measured:.2f}" if predicted > 0 and measured > 0 else "-"
+        out.write(f"| {lo}-{hi} | {passes} | {len(steps)} | {mean('drafting_requests'):.1f} "
+                  f"| {mean('verify_tokens'):.1f} | {mean('draft_seconds') * 1e3:.2f} "
+                  f"| {mean('verify_seconds') * 1e3:.2f} | {measured * 1e3:.2f} "
+                  f"| {predicted * 1e3:.2f} | {ratio} |\n")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("logs", nargs="+")
+    for path in parser.parse_args().logs:
+        summarise(path, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
