@@ -144,13 +144,16 @@ absl::Status OnlineAcceptanceEstimator::Observe(absl::Span<const VerifyObservati
   ++steps_;
   // Position k refits when steps_ % interval == k * interval / gamma: every
   // position every interval, staggered so that one step does not pay for all
-  // of them (a refit over a full window takes about a millisecond).
+  // of them (a refit over a full window takes about a millisecond). A
+  // position without a fit fits on the first step it has enough
+  // observations: until every position has one the planners run on the
+  // prior, and waiting for a turn would hold them there for up to an
+  // interval (those first fits are over short windows, so they are cheap).
   const int64_t interval = options_.refit_interval_steps;
   const int64_t phase = steps_ % interval;
   for (int k = 0; k < options_.gamma; ++k) {
-    if (phase == k * interval / options_.gamma && windows_[k].size >= options_.min_observations) {
-      Refit(k);
-    }
+    const bool turn = phase == k * interval / options_.gamma || !positions_[k].fitted;
+    if (turn && windows_[k].size >= options_.min_observations) Refit(k);
   }
   return absl::OkStatus();
 }

@@ -161,23 +161,24 @@ TEST(OnlineAcceptanceEstimatorTest, HashSeesADifferentStream) {
   EXPECT_NE(a.StateHash(), b.StateHash());
 }
 
-TEST(OnlineAcceptanceEstimatorTest, RefitsOnlyOnTheIntervalOnceEnoughObservations) {
+TEST(OnlineAcceptanceEstimatorTest, FitsAsSoonAsEnoughObservationsThenOnlyOnTheInterval) {
   AcceptanceEstimatorOptions options = SmallOptions(1);
   options.refit_interval_steps = 5;
   options.min_observations = 40;
   OnlineAcceptanceEstimator est = *OnlineAcceptanceEstimator::Create(options);
   const TrueModel truth{{1.0}, {0.0}};
   std::mt19937_64 rng(5);
-  // 10 observations per step: 40 reached after step 4, first refit step is 5.
+  // 10 observations per step: 40 reached at step 4, which fits at once (not
+  // at its turn, step 5); later fits come on the interval, steps 5 and 10.
   for (int step = 1; step <= 9; ++step) {
     const Step s = MakeStep(truth, 10, step * 10, rng, false);
     ASSERT_TRUE(est.Observe(s.observations).ok());
-    EXPECT_EQ(est.position(0).fitted, step >= 5) << step;
-    EXPECT_EQ(est.position(0).refits, step >= 5 ? 1 : 0) << step;
+    EXPECT_EQ(est.position(0).fitted, step >= 4) << step;
+    EXPECT_EQ(est.position(0).refits, step < 4 ? 0 : step < 5 ? 1 : 2) << step;
   }
   const Step s = MakeStep(truth, 10, 100, rng, false);
   ASSERT_TRUE(est.Observe(s.observations).ok());
-  EXPECT_EQ(est.position(0).refits, 2);
+  EXPECT_EQ(est.position(0).refits, 3);
 }
 
 TEST(OnlineAcceptanceEstimatorTest, ANegativeSlopeFallsBackToTheAcceptanceRate) {
@@ -194,7 +195,8 @@ TEST(OnlineAcceptanceEstimatorTest, ANegativeSlopeFallsBackToTheAcceptanceRate) 
   const auto& position = est.position(0);
   ASSERT_TRUE(position.fitted);
   EXPECT_EQ(position.slope, 0.0);
-  EXPECT_EQ(position.refits, 64 / options.refit_interval_steps);
+  // The first fit at step 2 (64 observations), then one per interval.
+  EXPECT_EQ(position.refits, 1 + 64 / options.refit_interval_steps);
   EXPECT_EQ(position.rejected_refits, 0);
   // Every signal scores the same: the window's acceptance rate (the L2
   // penalty on b moves it by far less than the tolerance).
