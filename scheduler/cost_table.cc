@@ -424,10 +424,9 @@ double CostTable::PredictDraftPass(double batch_size) const {
   return v > 0 ? v : 0;
 }
 
-double CostTable::PredictDraftPhase(double batch_size, int passes) const {
-  if (!has_draft_split() || passes <= 0) return 0;
+CostTable::PassCosts CostTable::DraftPassCosts(double batch_size) const {
   const double pass = PredictDraftPass(batch_size);
-  if (!has_one_pass_draft()) return passes * pass;
+  if (!has_one_pass_draft()) return {pass, pass};
   const absl::Span<const double> b_knots(batch_sizes_);
   const int sb = FindSegment(b_knots, batch_size);
   double one =
@@ -436,8 +435,47 @@ double CostTable::PredictDraftPhase(double batch_size, int passes) const {
   // Extrapolated past the grid, the two lines may cross; one pass then
   // costs what the measured ones do, and the rest nothing.
   one = std::clamp(one, 0.0, all);
-  const double later = (all - one) / (draft_passes_ - 1);
-  return one + (passes - 1) * later;
+  return {one, (all - one) / (draft_passes_ - 1)};
+}
+
+double CostTable::PredictDraftPhase(double batch_size, int passes) const {
+  if (!has_draft_split() || passes <= 0) return 0;
+  const PassCosts c = DraftPassCosts(batch_size);
+  return c.first + (passes - 1) * c.later;
+}
+
+double CostTable::PredictDraftPassAt(double rows, bool first) const {
+  if (!has_draft_split() || !(rows > 0)) return 0;
+  const PassCosts c = DraftPassCosts(rows);
+  return first ? c.first : c.later;
+}
+
+double CostTable::PredictDraftPhaseAt(absl::Span<const int64_t> rows_per_pass) const {
+  double phase = 0;
+  for (size_t p = 0; p < rows_per_pass.size(); ++p) {
+    phase += PredictDraftPassAt(static_cast<double>(rows_per_pass[p]), p == 0);
+  }
+  return phase;
+}
+
+double CostTable::StepFromParts(double batch_size, double whole, double phase) const {
+  if (!has_draft_split()) return whole;
+  const double v = whole - (PredictDraftPhase(batch_size, draft_passes_) - phase);
+  return v > kMinStepSeconds ? v : kMinStepSeconds;
+}
+
+double CostTable::PredictStepAt(double batch_size, double verify_tokens,
+                                absl::Span<const int64_t> rows_per_pass) const {
+  return StepFromParts(batch_size, Predict(batch_size, verify_tokens),
+                       PredictDraftPhaseAt(rows_per_pass));
+}
+
+void DraftRowsPerPass(absl::Span<const int32_t> depths, std::vector<int64_t>* rows) {
+  rows->clear();
+  for (int32_t d : depths) {
+    if (d > static_cast<int32_t>(rows->size())) rows->resize(d, 0);
+    for (int32_t p = 0; p < d; ++p) ++(*rows)[p];
+  }
 }
 
 double CostTable::PassesNotRunSeconds(double batch_size, int passes) const {

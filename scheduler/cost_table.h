@@ -128,6 +128,11 @@ class CostCurve {
   std::vector<double> slopes_;
 };
 
+// rows[p] = the requests whose draft depth is above p, for p below the
+// deepest depth: the rows of each draft pass of a step (runs deepest first,
+// so each pass is a prefix of the one before).
+void DraftRowsPerPass(absl::Span<const int32_t> depths, std::vector<int64_t>* rows);
+
 class CostTable {
  public:
   // `seconds` is row-major, seconds[b * verify_tokens.size() + m]. Refuses a
@@ -189,6 +194,31 @@ class CostTable {
   // Never below kMinStepSeconds.
   double PredictStep(double batch_size, double verify_tokens, int passes) const;
 
+  // Steps whose draft passes run fewer rows than the batch (requests that
+  // draft less deep, or not at all, leave the deeper passes): pass p runs
+  // rows_per_pass[p] rows (DraftRowsPerPass), and costs what a pass over
+  // that many rows costs, not what one over the whole batch does.
+  //
+  // One pass over `rows` rows, the step's first or a later one: with the
+  // one-pass phase measured the first costs one(rows) and each later one
+  // (draft_passes * pass(rows) - one(rows)) / (draft_passes - 1), the terms
+  // of PredictDraftPhase; without it each costs pass(rows). 0 at no rows or
+  // without a split.
+  double PredictDraftPassAt(double rows, bool first) const;
+  // The draft phase of passes over rows_per_pass rows: the sum of
+  // PredictDraftPassAt. Over `passes` passes of the whole batch it is
+  // PredictDraftPhase (up to rounding).
+  double PredictDraftPhaseAt(absl::Span<const int64_t> rows_per_pass) const;
+  // The step at (batch_size, verify_tokens) whose draft phase ran
+  // rows_per_pass: Predict less the table's own draft phase at batch_size,
+  // plus PredictDraftPhaseAt. Without a split it is Predict. Never below
+  // kMinStepSeconds.
+  double PredictStepAt(double batch_size, double verify_tokens,
+                       absl::Span<const int64_t> rows_per_pass) const;
+  // PredictStepAt from its parts: `whole` = Predict(batch_size, ...) and
+  // `phase` = PredictDraftPhaseAt(...), for planners that sweep them.
+  double StepFromParts(double batch_size, double whole, double phase) const;
+
   const std::vector<double>& batch_sizes() const { return batch_sizes_; }
   const std::vector<double>& verify_tokens() const { return verify_tokens_; }
   double seconds(std::size_t b, std::size_t m) const {
@@ -197,6 +227,13 @@ class CostTable {
 
  private:
   CostTable() = default;
+
+  // A first and a later draft pass at `batch_size` (PredictDraftPassAt).
+  struct PassCosts {
+    double first;
+    double later;
+  };
+  PassCosts DraftPassCosts(double batch_size) const;
 
   std::vector<double> batch_sizes_;
   std::vector<double> verify_tokens_;

@@ -217,6 +217,43 @@ TEST(CostTableTest, OnePassDraftPricesTheFirstPassApart) {
           "one_pass_draft_seconds": [0.001, 0.002]})", "draft_passes 1");
 }
 
+// Passes over fewer rows than the batch: each is priced at its own rows.
+TEST(CostTableTest, DraftPassesArePricedAtTheirRows) {
+  const absl::StatusOr<CostTable> t = CostTable::FromJson(
+      R"({"batch_sizes": [1, 4], "verify_tokens": [1, 8], "seconds": [[0.010, 0.012],
+          [0.020, 0.030]], "draft_passes": 4, "draft_pass_seconds": [0.001, 0.002],
+          "one_pass_draft_seconds": [0.0025, 0.005]})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  // At one row: the first pass 0.0025 s, each later (0.004 - 0.0025) / 3.
+  EXPECT_DOUBLE_EQ(t->PredictDraftPassAt(1, true), 0.0025);
+  EXPECT_DOUBLE_EQ(t->PredictDraftPassAt(1, false), 0.0005);
+  EXPECT_EQ(t->PredictDraftPassAt(0, true), 0.0);
+  const std::vector<int64_t> none;
+  const std::vector<int64_t> whole = {4, 4, 4, 4};
+  const std::vector<int64_t> one_deep = {4, 1};  // everyone drafts one, one request two
+  EXPECT_EQ(t->PredictDraftPhaseAt(none), 0.0);
+  EXPECT_NEAR(t->PredictDraftPhaseAt(whole), t->PredictDraftPhase(4, 4), 1e-15);
+  EXPECT_NEAR(t->PredictDraftPhaseAt(one_deep), 0.005 + 0.0005, 1e-15);
+  // The step: the table's verify at (4, 8) plus the phase that ran.
+  EXPECT_NEAR(t->PredictStepAt(4, 8, whole), t->PredictStep(4, 8, 4), 1e-15);
+  EXPECT_NEAR(t->PredictStepAt(4, 8, none), t->PredictStep(4, 8, 0), 1e-15);
+  EXPECT_NEAR(t->PredictStepAt(4, 8, one_deep), 0.030 - 0.008 + 0.0055, 1e-15);
+  EXPECT_LT(t->PredictStepAt(4, 8, one_deep), t->PredictStep(4, 8, 2));
+  // Without a split the rows change nothing.
+  const CostTable plain = *CostTable::Create({1, 4}, {1, 8}, {0.010, 0.012, 0.020, 0.030});
+  EXPECT_EQ(plain.PredictStepAt(4, 8, one_deep), plain.Predict(4, 8));
+}
+
+TEST(CostTableTest, DraftRowsPerPassCountsTheRequestsDeeperThanEachPass) {
+  std::vector<int64_t> rows = {9, 9, 9};  // overwritten
+  const std::vector<int32_t> depths = {0, 3, 1, 0, 2};
+  DraftRowsPerPass(depths, &rows);
+  EXPECT_EQ(rows, (std::vector<int64_t>{3, 2, 1}));
+  const std::vector<int32_t> plain = {0, 0};
+  DraftRowsPerPass(plain, &rows);
+  EXPECT_TRUE(rows.empty());
+}
+
 TEST(CostTableTest, SaveAndLoad) {
   const CostTable t = AffineTable();
   const std::string path = std::string(::testing::TempDir()) + "/cost_table_test.json";

@@ -68,7 +68,7 @@ absl::Status DraftPlanner::SetPinnedDepth(std::optional<int> depth) {
 }
 
 void DraftPlanner::Finish(int64_t batch, absl::Span<const double> confidences,
-                          DraftPlan* plan) const {
+                          DraftPlan* plan) {
   const int gamma = options_.gamma;
   plan->passes = 0;
   plan->drafting_requests = 0;
@@ -86,11 +86,14 @@ void DraftPlanner::Finish(int64_t batch, absl::Span<const double> confidences,
     }
   }
   plan->predicted_committed_tokens = committed;
-  plan->predicted_step_seconds =
-      cost_table_.has_value()
-          ? cost_table_->PredictStep(static_cast<double>(batch),
-                                     static_cast<double>(batch + plan->total_depth), plan->passes)
-          : std::numeric_limits<double>::quiet_NaN();
+  if (cost_table_.has_value()) {
+    DraftRowsPerPass(plan->depths, &rows_per_pass_);
+    plan->predicted_step_seconds =
+        cost_table_->PredictStepAt(static_cast<double>(batch),
+                                   static_cast<double>(batch + plan->total_depth), rows_per_pass_);
+  } else {
+    plan->predicted_step_seconds = std::numeric_limits<double>::quiet_NaN();
+  }
 }
 
 absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan) {
@@ -154,22 +157,35 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
       return a.request < b.request;
     });
     const double b = static_cast<double>(batch);
-    double best = b / cost_table_->PredictStep(b, b, 0);
+    const CostTable& table = *cost_table_;
+    // A pass costs what its rows do (CostTable::PredictDraftPassAt), looked
+    // up per row count.
+    first_pass_seconds_.resize(batch + 1);
+    later_pass_seconds_.resize(batch + 1);
+    for (int64_t n = 0; n <= batch; ++n) {
+      first_pass_seconds_[n] = table.PredictDraftPassAt(static_cast<double>(n), true);
+      later_pass_seconds_[n] = table.PredictDraftPassAt(static_cast<double>(n), false);
+    }
+    double best = b / table.StepFromParts(b, table.Predict(b, b), 0.0);
     int best_limit = 0;
     int64_t best_k = 0;
     int max_position = 0;
     for (const Candidate& c : candidates_) max_position = std::max(max_position, c.position + 1);
     for (int limit = 1; limit <= max_position; ++limit) {
+      rows_per_pass_.assign(limit, 0);
       double gain = b;
       int64_t k = 0;
-      int depth = 0;
       for (const Candidate& c : candidates_) {
         if (c.position >= limit) continue;
         gain += c.survival;
         ++k;
-        depth = std::max(depth, c.position + 1);
+        ++rows_per_pass_[c.position];
+        // Summed as PredictDraftPhaseAt does (a pass of no rows adds 0), so
+        // the plan's price is the one Finish reports.
+        double phase = first_pass_seconds_[rows_per_pass_[0]];
+        for (int p = 1; p < limit; ++p) phase += later_pass_seconds_[rows_per_pass_[p]];
         const double objective =
-            gain / cost_table_->PredictStep(b, b + static_cast<double>(k), depth);
+            gain / table.StepFromParts(b, table.Predict(b, b + static_cast<double>(k)), phase);
         if (objective > best) {
           best = objective;
           best_limit = limit;

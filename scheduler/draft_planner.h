@@ -10,19 +10,21 @@
 // 1) tokens (0 when its speculation is disabled or it emitted a stop).
 // Drafting j+1 tokens gains survival s_ij = c_i0 * ... * c_ij (the estimator's
 // predicted acceptance per position; one or two steps old under overlap).
-// A plan is a depth d_i per request; it runs P = max d_i draft passes, and
-// the verify runs B + sum d_i rows, so it costs
-//   PredictStep(B, B + sum d_i, P)
-// and commits B + sum_i sum_{j < d_i} s_ij tokens in expectation. For each P
-// the best plan of total depth k is the top k survivals among drafts j < P
-// (survival never rises along a request's drafts, so the top k is a prefix
-// per request, and the cost depends on k and the actual maximum depth
-// only); the planner takes the best over every (P, k), the first on ties in
-// (P, k) order, which is the optimum over all depth vectors.
-//
-// The draft phase of P passes is the table's (CostTable::PredictDraftPhase:
-// with a measured one-pass phase, the first pass is priced apart), so the
-// cost still depends on k and P only, and the argument above holds.
+// A plan is a depth d_i per request; it runs P = max d_i draft passes, pass
+// p over the n_p requests with d_i > p, and the verify runs B + sum d_i rows,
+// so it costs
+//   PredictStepAt(B, B + sum d_i, n_0 .. n_{P-1})
+// (each pass priced at its own rows, the first apart when the table has the
+// one-pass phase: a request that leaves the deeper passes makes them
+// cheaper, so a step where only the confident requests draft costs what it
+// runs) and commits B + sum_i sum_{j < d_i} s_ij tokens in expectation. For
+// each limit P and total depth k the plan is the top k survivals among
+// drafts j < P (survival never rises along a request's drafts, so the top k
+// is a prefix per request), priced exactly; the planner takes the best over
+// every (P, k), the first on ties in (P, k) order. When a pass's price is
+// affine in its rows, the cost depends on k and the actual maximum depth
+// only, and this is the optimum over all depth vectors; otherwise it is the
+// best of the plans that draft the surest tokens.
 //
 // Fallbacks: without a draft split in the table, with no table, or while the
 // confidence source is on its prior, every request drafts its cap (today's
@@ -78,7 +80,7 @@ struct DraftPlan {
   int passes = 0;               // max depth: the draft passes the step runs
   int drafting_requests = 0;    // requests with depth > 0
   int64_t total_depth = 0;      // sum of depths
-  // PredictStep(B, B + total_depth, passes); NaN without a table.
+  // PredictStepAt(B, B + total_depth, each pass's rows); NaN without a table.
   double predicted_step_seconds = 0;
   double predicted_committed_tokens = 0;  // B + the survivals of the drafted tokens
 };
@@ -114,7 +116,7 @@ class DraftPlanner {
   DraftPlanner(DraftPlannerOptions options, std::optional<CostTable> cost_table)
       : options_(options), cost_table_(std::move(cost_table)) {}
 
-  void Finish(int64_t batch, absl::Span<const double> confidences, DraftPlan* plan) const;
+  void Finish(int64_t batch, absl::Span<const double> confidences, DraftPlan* plan);
 
   DraftPlannerOptions options_;
   std::optional<CostTable> cost_table_;
@@ -122,6 +124,9 @@ class DraftPlanner {
   std::vector<int32_t> caps_;
   std::vector<Candidate> candidates_;
   std::vector<int32_t> depth_scratch_;
+  std::vector<int64_t> rows_per_pass_;
+  std::vector<double> first_pass_seconds_;  // by rows, 0..B
+  std::vector<double> later_pass_seconds_;
 };
 
 }  // namespace verdict

@@ -56,7 +56,10 @@ double Objective(const CostTable& table, const std::vector<double>& confidences,
     total += depths[i];
     passes = std::max(passes, static_cast<int>(depths[i]));
   }
-  return gain / table.PredictStep(b, b + static_cast<double>(total), passes);
+  std::vector<int64_t> rows;
+  DraftRowsPerPass(depths, &rows);
+  EXPECT_EQ(static_cast<int>(rows.size()), passes);
+  return gain / table.PredictStepAt(b, b + static_cast<double>(total), rows);
 }
 
 // The best objective over every depth vector within the caps.
@@ -81,9 +84,12 @@ TEST(DraftPlannerTest, MatchesBruteForceOverDepths) {
   for (int trial = 0; trial < 400; ++trial) {
     const int gamma = 1 + static_cast<int>(rng() % 4);
     const int batch = 1 + static_cast<int>(rng() % 5);
-    std::vector<double> pass(4);
-    for (double& p : pass) p = 0.0005 + 0.01 * unit(rng);
-    std::sort(pass.begin(), pass.end());
+    // A pass's price affine in its rows (a fixed part and one per row), so
+    // that the top-k plans hold the optimum and the brute force must match.
+    const double fixed = 0.0005 + 0.01 * unit(rng);
+    const double per_row = 0.002 * unit(rng);
+    std::vector<double> pass;
+    for (double rows : {1.0, 2.0, 4.0, 8.0}) pass.push_back(fixed + per_row * rows);
     // Half the cases price the first pass apart (a one-pass phase between
     // one mean pass and all of them).
     const int passes = 1 + static_cast<int>(rng() % 5);
@@ -255,6 +261,39 @@ TEST(DraftPlannerTest, ADearFirstPassAndCheapLaterPassesDraftDeeper) {
                    OnePassTable(pass, 4, 0.0001, 0.95)
                        .PredictStep(4, 4 + static_cast<double>(dear_plan.total_depth),
                                     dear_plan.passes));
+}
+
+// Passes priced at their rows: with eight requests, of which two are
+// confident, a pass over the two costs a fraction of one over all eight, so
+// those two draft deep and the rest run as plain decode rows; priced at the
+// whole batch, the same passes do not pay and nobody drafts.
+TEST(DraftPlannerTest, OnlyTheConfidentRequestsDraftWhenPassesCostTheirRows) {
+  std::vector<double> pass;
+  for (double rows : {1.0, 2.0, 4.0, 8.0}) pass.push_back(0.0002 + 0.0009 * rows);
+  const CostTable table = SplitTable(pass, 4, 0.00005);
+  std::vector<double> confidences(8 * 4, 0.1);
+  for (int j = 0; j < 4; ++j) {
+    confidences[2 * 4 + j] = 0.95;
+    confidences[5 * 4 + j] = 0.95;
+  }
+  const std::vector<int32_t> max_lens(8, 5);
+  DraftPlanner planner = *DraftPlanner::Create({.gamma = 4}, table);
+  DraftPlan plan;
+  ASSERT_TRUE(planner.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &plan).ok());
+  ASSERT_EQ(plan.reason, DraftReason::kPlanned);
+  EXPECT_EQ(plan.drafting_requests, 2);
+  EXPECT_GT(plan.depths[2], 1);
+  EXPECT_EQ(plan.depths[2], plan.depths[5]);
+  for (int i : {0, 1, 3, 4, 6, 7}) EXPECT_EQ(plan.depths[i], 0) << i;
+  // The same two at the whole batch's price: less than plain decode.
+  const double b = 8;
+  double gain = b;
+  double survival = 1;
+  for (int j = 0; j < plan.depths[2]; ++j) gain += 2 * (survival *= 0.95);
+  EXPECT_LT(gain / table.PredictStep(b, b + plan.total_depth, plan.passes),
+            b / table.PredictStep(b, b, 0));
+  EXPECT_GT(plan.predicted_committed_tokens / plan.predicted_step_seconds,
+            b / table.PredictStep(b, b, 0));
 }
 
 TEST(DraftPlannerTest, RefusesMalformedInput) {

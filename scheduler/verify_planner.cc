@@ -314,18 +314,25 @@ void VerifyPlanner::VerifyEverything(int64_t batch, PlanReason reason, VerifyPla
   plan->predicted_committed_tokens = tokens;
 }
 
-double VerifyPlanner::DraftPassesNotRun(int64_t batch) const {
-  if (!cost_table_.has_value() || draft_passes_ < 0) return 0;
-  return cost_table_->PassesNotRunSeconds(static_cast<double>(batch), draft_passes_);
+double VerifyPlanner::DraftPhaseNotRun(int64_t batch, absl::Span<const int32_t> draft_depths) {
+  if (!cost_table_.has_value() || !cost_table_->has_draft_split() || draft_passes_ < 0) return 0;
+  const double b = static_cast<double>(batch);
+  double phase;
+  if (draft_depths.empty()) {
+    phase = cost_table_->PredictDraftPhase(b, draft_passes_);
+  } else {
+    DraftRowsPerPass(draft_depths, &rows_per_pass_);
+    phase = cost_table_->PredictDraftPhaseAt(rows_per_pass_);
+  }
+  return cost_table_->PredictDraftPhase(b, cost_table_->draft_passes()) - phase;
 }
 
 double VerifyPlanner::PredictStep(int64_t batch, int64_t verify_tokens) const {
   if (!cost_table_.has_value()) return std::numeric_limits<double>::quiet_NaN();
-  if (draft_passes_ >= 0) {
-    return cost_table_->PredictStep(static_cast<double>(batch), static_cast<double>(verify_tokens),
-                                    draft_passes_);
-  }
-  return cost_table_->Predict(static_cast<double>(batch), static_cast<double>(verify_tokens));
+  const double v =
+      cost_table_->Predict(static_cast<double>(batch), static_cast<double>(verify_tokens)) -
+      draft_not_run_;
+  return v > kMinStepSeconds ? v : kMinStepSeconds;
 }
 
 absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
@@ -369,6 +376,7 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
   plan->mode = options_.mode;
   plan->verify_lens.resize(batch);
   draft_passes_ = input.draft_passes;
+  draft_not_run_ = DraftPhaseNotRun(batch, input.draft_depths);
   if (batch == 0) {
     plan->reason = PlanReason::kEmptyBatch;
     plan->budget = 0;
@@ -389,7 +397,7 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
     // which only a table with the draft split can price.
     plan->predicted_step_seconds =
         cost_table_.has_value() && cost_table_->has_draft_split() && draft_passes_ == 0
-            ? cost_table_->PredictStep(static_cast<double>(batch), static_cast<double>(batch), 0)
+            ? PredictStep(batch, batch)
             : std::numeric_limits<double>::quiet_NaN();
     plan->predicted_committed_tokens = static_cast<double>(batch);
     return absl::OkStatus();
@@ -487,8 +495,8 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
     // Costs are positive, so a / b > c / d is compared as a * d > c * b,
     // without a division per k.
     // The whole step's curve less the draft passes it does not run: the
-    // same offset at every k, as CostTable::PredictStep takes it.
-    const double not_run = DraftPassesNotRun(batch);
+    // same offset at every k, as CostTable::PredictStepAt takes it.
+    const double not_run = draft_not_run_;
     const auto priced = [not_run](double seconds) {
       const double v = seconds - not_run;
       return v > kMinStepSeconds ? v : kMinStepSeconds;

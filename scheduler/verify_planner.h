@@ -110,8 +110,10 @@ struct PlannerInput {
   // 1) rows).
   absl::Span<const int32_t> draft_depths;
   // The draft passes the step ran: with a cost table that has the draft
-  // split, steps are priced with this many passes (CostTable::PredictStep).
-  // Negative: at the table's own passes (CostTable::Predict).
+  // split, steps are priced with this many passes (CostTable::PredictStep),
+  // or with each pass at its rows when draft_depths is given
+  // (CostTable::PredictStepAt). Negative: at the table's own passes
+  // (CostTable::Predict).
   int draft_passes = -1;
 };
 
@@ -200,9 +202,11 @@ class VerifyPlanner {
   void VerifyEverything(int64_t batch, PlanReason reason, VerifyPlan* plan);
   // The step's cost at `verify_tokens` rows, NaN without a table.
   double PredictStep(int64_t batch, int64_t verify_tokens) const;
-  // What the table's whole-step seconds say beyond the step's own draft
-  // passes (0 unless the input names them and the table has the split).
-  double DraftPassesNotRun(int64_t batch) const;
+  // What the table's whole-step seconds at `batch` say beyond the step's own
+  // draft phase (0 unless the input names its passes and the table has the
+  // split); with the draft depths, each pass is priced at its own rows
+  // (CostTable::PredictDraftPhaseAt), as the draft planner priced it.
+  double DraftPhaseNotRun(int64_t batch, absl::Span<const int32_t> draft_depths);
   // Fills candidates_ (j-major) with every (i, j) the step may verify and
   // chooses the sort key for them.
   void CollectCandidates(int64_t batch, bool pinned);
@@ -226,6 +230,8 @@ class VerifyPlanner {
   std::vector<int32_t> digit_count_;  // two radix histograms, zero between steps
   int32_t num_candidates_ = 0;
   int draft_passes_ = -1;      // this step's PlannerInput::draft_passes
+  double draft_not_run_ = 0;   // DraftPhaseNotRun of this step
+  std::vector<int64_t> rows_per_pass_;
   int64_t block_rows_ = 0;     // this step's uniform layout
   int64_t block_drafts_ = 0;   // drafts in it
   int digit_bits_ = 1;  // radix digit width of this step's keys

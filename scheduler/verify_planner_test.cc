@@ -342,16 +342,23 @@ TEST(VerifyPlannerTest, DraftDepthsCapTheLengthsAndShapeTheUniformLayout) {
     for (size_t i = 0; i < depths.size(); ++i) EXPECT_LE(plan.verify_lens[i], depths[i] + 1);
     EXPECT_EQ(plan.verify_tokens, 1 + 3 + 6) << VerifyModeName(mode);
     EXPECT_FALSE(plan.packed);
-    EXPECT_DOUBLE_EQ(plan.predicted_step_seconds, table.PredictStep(3, 10, 5));
+    // Each pass at its rows: two requests draft in the first two passes,
+    // one in the last three; cheaper than five passes over all three.
+    const std::vector<int64_t> rows = {2, 2, 1, 1, 1};
+    EXPECT_DOUBLE_EQ(plan.predicted_step_seconds, table.PredictStepAt(3, 10, rows));
+    EXPECT_LT(plan.predicted_step_seconds, table.PredictStep(3, 10, 5));
 
-    // Two passes: the table's whole step less three passes at B = 3.
+    // Two passes, over two rows and one: the table's whole step less its
+    // five passes at B = 3, plus those two.
     const std::vector<int32_t> shallow = {0, 2, 1};
     input.draft_depths = shallow;
     input.draft_passes = 2;
     ASSERT_TRUE(planner.Plan(input, &plan).ok());
     EXPECT_EQ(plan.verify_tokens, 1 + 3 + 2);
-    EXPECT_DOUBLE_EQ(plan.predicted_step_seconds, table.PredictStep(3, plan.verify_tokens, 2));
-    EXPECT_LT(plan.predicted_step_seconds, table.Predict(3, plan.verify_tokens));
+    const std::vector<int64_t> shallow_rows = {2, 1};
+    EXPECT_DOUBLE_EQ(plan.predicted_step_seconds,
+                     table.PredictStepAt(3, plan.verify_tokens, shallow_rows));
+    EXPECT_LT(plan.predicted_step_seconds, table.PredictStep(3, plan.verify_tokens, 2));
   }
   // Compact: a plan of every proposed draft is the full block, unpacked.
   VerifyPlanner compact = MakePlanner(VerifyMode::kCompact, 5, CostTable(table));
