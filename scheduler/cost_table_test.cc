@@ -31,6 +31,13 @@ double Affine(double b, double m) { return 0.001 * b + 0.0001 * m + 0.002; }
 constexpr char kSplitGrid[] =
     R"("batch_sizes": [1, 4], "verify_tokens": [1, 8], "seconds": [[0.010, 0.012], [0.020, 0.030]])";
 
+// A split table with a one-pass phase: at B = 4 four passes take 0.008 s
+// and one pass 0.005 s.
+constexpr char kOnePassTable[] =
+    R"({"batch_sizes": [1, 4], "verify_tokens": [1, 8], "seconds": [[0.010, 0.012],
+        [0.020, 0.030]], "draft_passes": 4, "draft_pass_seconds": [0.001, 0.002],
+        "one_pass_draft_seconds": [0.0025, 0.005]})";
+
 // `json` does not load, and the message says `why`.
 void ExpectRefused(const std::string& json, const std::string& why) {
   const absl::StatusOr<CostTable> bad = CostTable::FromJson(json);
@@ -171,10 +178,7 @@ TEST(CostTableTest, DraftSplitLoadsRoundTripsAndPricesFewerPasses) {
 // through the measured one-pass and draft_passes-pass phases, not P times
 // the mean pass.
 TEST(CostTableTest, OnePassDraftPricesTheFirstPassApart) {
-  const absl::StatusOr<CostTable> t = CostTable::FromJson(
-      R"({"batch_sizes": [1, 4], "verify_tokens": [1, 8], "seconds": [[0.010, 0.012],
-          [0.020, 0.030]], "draft_passes": 4, "draft_pass_seconds": [0.001, 0.002],
-          "one_pass_draft_seconds": [0.0025, 0.005]})");
+  const absl::StatusOr<CostTable> t = CostTable::FromJson(kOnePassTable);
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_TRUE(t->has_one_pass_draft());
   // B = 4: all four passes 0.008 s, one pass 0.005 s, each later 0.001 s.
@@ -219,10 +223,7 @@ TEST(CostTableTest, OnePassDraftPricesTheFirstPassApart) {
 
 // Passes over fewer rows than the batch: each is priced at its own rows.
 TEST(CostTableTest, DraftPassesArePricedAtTheirRows) {
-  const absl::StatusOr<CostTable> t = CostTable::FromJson(
-      R"({"batch_sizes": [1, 4], "verify_tokens": [1, 8], "seconds": [[0.010, 0.012],
-          [0.020, 0.030]], "draft_passes": 4, "draft_pass_seconds": [0.001, 0.002],
-          "one_pass_draft_seconds": [0.0025, 0.005]})");
+  const absl::StatusOr<CostTable> t = CostTable::FromJson(kOnePassTable);
   ASSERT_TRUE(t.ok()) << t.status();
   // At one row: the first pass 0.0025 s, each later (0.004 - 0.0025) / 3.
   EXPECT_DOUBLE_EQ(t->PredictDraftPassAt(1, true), 0.0025);
