@@ -377,7 +377,10 @@ void HttpServer::TakeOverListener(const mg_context* ctx) {
       dup3(unix_fd, tcp, O_CLOEXEC) == tcp;
   const int error = errno;
   if (unix_fd >= 0) close(unix_fd);
-  listener_dir_ = dir;
+  {
+    absl::MutexLock lock(&listener_mu_);
+    listener_dir_ = dir;
+  }
   if (!ok) {
     RemoveListenerPath();
     takeover_error_ = absl::StrCat("cannot give civetweb a unix-domain listener: ",
@@ -389,6 +392,7 @@ void HttpServer::TakeOverListener(const mg_context* ctx) {
 }
 
 void HttpServer::RemoveListenerPath() {
+  absl::MutexLock lock(&listener_mu_);
   if (listener_dir_.empty()) return;
   unlink((listener_dir_ + "/civetweb.sock").c_str());
   rmdir(listener_dir_.c_str());
@@ -458,6 +462,7 @@ void HttpServer::Abandon(const absl::Status& reason, absl::Duration wait) {
   // The handlers' last bytes are in civetweb's sockets; the caller is
   // about to end the process, so they must reach the clients' sockets.
   if (gate_ != nullptr) gate_->Flush(deadline);
+  RemoveListenerPath();
 }
 
 int HttpServer::in_flight() const {

@@ -105,9 +105,11 @@ class HttpServer {
   // (streams get an error event and [DONE], others the error), and new
   // generation requests get 503. Waits up to `wait` for the handlers to
   // have written their last bytes and for the gate to have handed them to
-  // the clients' sockets, so that the process may exit right after; the
-  // listener stays open. Safe from any
-  // thread but a request handler, during Shutdown too.
+  // the clients' sockets, so that the process may exit right after; then
+  // removes civetweb's listener path, which an exit without destructors
+  // would leave behind (the gate keeps its port and answers probes until
+  // the process ends). Safe from any thread but a request handler, during
+  // Shutdown too.
   void Abandon(const absl::Status& reason, absl::Duration wait);
 
   // Generation requests being served now.
@@ -174,7 +176,10 @@ class HttpServer {
   sockaddr_un upstream_ = {};
   socklen_t upstream_length_ = 0;
   std::string takeover_error_;
-  std::string listener_dir_;  // the listener's private directory; removed by Shutdown
+  // The listener's private directory; removed by Shutdown or Abandon,
+  // which may run at once on two threads.
+  absl::Mutex listener_mu_;
+  std::string listener_dir_ ABSL_GUARDED_BY(listener_mu_);
 
   mutable absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -1237,6 +1237,21 @@ TEST_F(HttpServerTest, CivetwebListensOnlyWhereThisUserCanReach) {
   EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
+// Abandon precedes an exit that runs no destructors: it leaves no listener
+// path behind, and the gate still answers probes until the process ends.
+TEST_F(HttpServerTest, AbandonRemovesTheListenerPath) {
+  StartServer(service_);
+  const std::vector<std::string> paths = OwnUnixListenerPaths();
+  ASSERT_THAT(paths, SizeIs(1));
+  const std::string dir = std::filesystem::path(paths[0]).parent_path().string();
+  server_->Abandon(absl::UnavailableError("a peer rank is gone"), absl::Seconds(1));
+  EXPECT_FALSE(std::filesystem::exists(paths[0]));
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  // The gate answers it (the health is the engine's, alive here).
+  EXPECT_EQ(Fetch(port_, "GET", "/health").status, 200);
+  server_->Shutdown(absl::ZeroDuration());
+}
+
 TEST_F(HttpServerTest, StartFailsOnABusyPort) {
   StartServer(service_);
   HttpServerOptions options;
