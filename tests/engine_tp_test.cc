@@ -704,6 +704,7 @@ TEST(PlanDivergenceTpTest, MismatchEndsEveryRequestWithTheError) {
   for (const CollectedOutput& out : run.outputs) {
     EXPECT_EQ(out.finish_reason, FinishReason::kError);
     EXPECT_EQ(out.finished_events, 1);
+    EXPECT_FALSE(out.engine_ready_at_finish);
     EXPECT_NE(out.error.find(absl::StrCat("rank ", odd_rank, " planned differently from rank 0")),
               std::string::npos)
         << out.error;
@@ -737,6 +738,7 @@ TEST(PlanDivergenceTpTest, MismatchWithAStepInFlightEndsEveryRequest) {
   for (const CollectedOutput& out : run.outputs) {
     EXPECT_EQ(out.finish_reason, FinishReason::kError);
     EXPECT_EQ(out.finished_events, 1);
+    EXPECT_FALSE(out.engine_ready_at_finish);
     EXPECT_TRUE(out.token_ids.empty());
     EXPECT_NE(out.error.find(absl::StrCat("rank ", odd_rank, " planned differently from rank 0")),
               std::string::npos)

@@ -343,7 +343,11 @@ int RunServeCommand(absl::Span<char* const> positional) {
       setrlimit(RLIMIT_NOFILE, &files);
     }
   }
-  http.alive = [&engine_dead] { return !engine_dead.load(); };
+  // The loop marks itself failed before it ends its requests with the
+  // error, so /health says 503 by the time a client sees that error;
+  // engine_dead (set once the loop has returned, or at a launcher's
+  // teardown) keeps it so.
+  http.alive = [&engine_dead, &engine] { return !engine_dead.load() && engine.ready(); };
   HttpServer server(http, api, engine, [&engine] { return engine.ready(); });
   if (absl::Status s = server.Start(); !s.ok()) {
     std::fprintf(stderr, "verdict serve: %s\n", s.ToString().c_str());

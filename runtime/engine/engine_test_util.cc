@@ -11,7 +11,7 @@ absl::Status OutputCollector::Submit(Engine& engine, GenerationRequest request) 
     outputs_[id] = CollectedOutput();
     ++pending_;
   }
-  absl::Status s = engine.Submit(std::move(request), [this, id](const GenerationEvent& e) {
+  absl::Status s = engine.Submit(std::move(request), [this, id, &engine](const GenerationEvent& e) {
     std::lock_guard<std::mutex> lock(mu_);
     CollectedOutput& out = outputs_[id];
     ++out.events;
@@ -21,6 +21,7 @@ absl::Status OutputCollector::Submit(Engine& engine, GenerationRequest request) 
     out.usage = e.usage;
     if (e.finished) {
       ++out.finished_events;
+      out.engine_ready_at_finish = engine.ready();
       out.finish_reason = e.finish_reason;
       out.error = e.error;
       --pending_;

@@ -26,6 +26,10 @@ struct CollectedOutput {
   GenerationUsage usage;
   int events = 0;
   int finished_events = 0;
+  // Engine::ready() when the finishing event arrived: a request the failed
+  // loop ends must find the engine already not ready, so that /health says
+  // so before the client sees the error.
+  bool engine_ready_at_finish = true;
 };
 
 // Collects the events of submitted requests, one CollectedOutput each.
