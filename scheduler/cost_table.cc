@@ -124,6 +124,29 @@ json GridToJson(const std::vector<double>& grid) {
 
 // A per-batch-size array of times (the draft split's keys): numbers, each
 // finite; their ranges are checked where they are set.
+// "measured_on": an object of three non-empty strings.
+absl::StatusOr<CostTableOrigin> ParseOrigin(const json& on) {
+  if (!on.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cost table: 'measured_on' is not an object, got ", JsonForMessage(on)));
+  }
+  CostTableOrigin origin;
+  for (auto [key, field] : {std::pair<const char*, std::string*>{"device", &origin.device},
+                            {"target", &origin.target},
+                            {"draft", &origin.draft}}) {
+    auto it = on.find(key);
+    if (it == on.end() || !it->is_string() || it->get_ref<const std::string&>().empty() ||
+        it->get_ref<const std::string&>().size() > kMaxOriginLength) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cost table: 'measured_on' needs '", key, "', a non-empty string of at most ",
+          kMaxOriginLength, " bytes", it == on.end() ? "" : ", got ",
+          it == on.end() ? "" : JsonForMessage(*it)));
+    }
+    *field = it->get<std::string>();
+  }
+  return origin;
+}
+
 absl::StatusOr<std::vector<double>> PerBatchTimes(const json& array, absl::string_view key) {
   if (!array.is_array()) {
     return absl::InvalidArgumentError(absl::StrCat("cost table: '", key, "' is not an array"));
@@ -244,6 +267,12 @@ absl::StatusOr<CostTable> CostTable::FromJson(std::string_view text) {
     }
     measured_tp = static_cast<int>(*value);
   }
+  std::optional<CostTableOrigin> origin;
+  if (auto on = doc.find("measured_on"); on != doc.end()) {
+    absl::StatusOr<CostTableOrigin> parsed = ParseOrigin(*on);
+    if (!parsed.ok()) return parsed.status();
+    origin = *std::move(parsed);
+  }
   auto passes = doc.find("draft_passes");
   auto pass_seconds = doc.find("draft_pass_seconds");
   if ((passes == doc.end()) != (pass_seconds == doc.end())) {
@@ -279,6 +308,7 @@ absl::StatusOr<CostTable> CostTable::FromJson(std::string_view text) {
       Create(*std::move(batch_sizes), *std::move(verify_tokens), std::move(seconds));
   if (!table.ok()) return table;
   table->set_measured_tp(measured_tp);
+  table->set_origin(std::move(origin));
   if (draft_passes > 0) {
     if (absl::Status s = table->SetDraftSplit(std::move(draft_pass_seconds), draft_passes);
         !s.ok()) {
@@ -317,6 +347,10 @@ std::string CostTable::ToJson() const {
   }
   doc["seconds"] = std::move(rows);
   if (measured_tp_ > 0) doc["tp"] = measured_tp_;
+  if (origin_.has_value()) {
+    doc["measured_on"] = {
+        {"device", origin_->device}, {"target", origin_->target}, {"draft", origin_->draft}};
+  }
   if (has_draft_split()) {
     doc["draft_passes"] = draft_passes_;
     json pass_seconds = json::array();

@@ -15,8 +15,13 @@
 // number is finite.
 // An optional "tp": the tensor-parallel degree the table was measured at
 // (a positive integer; `verdict profile` writes it), so that a server at
-// another degree can say its costs come from elsewhere. Other keys are
-// ignored, so a profiler may add its own metadata.
+// another degree can say its costs come from elsewhere. An optional
+// "measured_on": {"device": ..., "target": ..., "draft": ...}, the GPU (or
+// "cpu") and the two models' shapes (ModelShapeName) it was measured with,
+// non-empty strings of at most kMaxOriginLength bytes; `verdict profile`
+// writes it, and `--cost-table auto` (scheduler/cost_table_catalog.h) picks
+// a table by it. Other keys are ignored, so a profiler may add its own
+// metadata.
 //
 // Optional draft split (the draft planner needs it; scheduler/draft_planner.h):
 //   "draft_passes":       5,               the draft passes each measured step ran
@@ -53,6 +58,7 @@
 #define VERDICT_SCHEDULER_COST_TABLE_H_
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,6 +74,16 @@ namespace verdict {
 inline constexpr double kMinStepSeconds = 1e-6;
 
 class CostTable;
+
+// What a table was measured on (the JSON's "measured_on").
+struct CostTableOrigin {
+  std::string device;  // the GPU's name as CUDA gives it, or "cpu"
+  std::string target;  // the target's shape (ModelShapeName)
+  std::string draft;   // the draft's shape
+
+  friend bool operator==(const CostTableOrigin&, const CostTableOrigin&) = default;
+};
+inline constexpr size_t kMaxOriginLength = 256;
 
 // The table at one batch size, as a function of verify tokens: the cells
 // interpolated along the batch axis at every token knot. Exists so that the
@@ -163,6 +179,9 @@ class CostTable {
   // The TP degree the table was measured at; 0 when it does not say.
   int measured_tp() const { return measured_tp_; }
   void set_measured_tp(int tp) { measured_tp_ = tp; }
+  // Where the table was measured; nullopt when it does not say.
+  const std::optional<CostTableOrigin>& origin() const { return origin_; }
+  void set_origin(std::optional<CostTableOrigin> origin) { origin_ = std::move(origin); }
 
   // Adds the draft split (see the top of this file): one draft pass's seconds
   // per batch size, from steps that ran `draft_passes` passes. Refuses a size
@@ -239,6 +258,7 @@ class CostTable {
   std::vector<double> verify_tokens_;
   std::vector<double> seconds_;
   int measured_tp_ = 0;
+  std::optional<CostTableOrigin> origin_;
   std::vector<double> draft_pass_seconds_;  // empty without a split
   int draft_passes_ = 0;
   std::vector<double> one_pass_draft_seconds_;  // empty without the one-pass point

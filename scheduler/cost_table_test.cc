@@ -277,6 +277,18 @@ TEST(CostTableTest, KeepsTheTpItWasMeasuredAt) {
   EXPECT_EQ(back->Predict(5, 17), t.Predict(5, 17));
 }
 
+TEST(CostTableTest, KeepsWhereItWasMeasured) {
+  CostTable t = AffineTable();
+  EXPECT_FALSE(t.origin().has_value());
+  EXPECT_THAT(t.ToJson(), ::testing::Not(HasSubstr("measured_on")));
+  const CostTableOrigin origin{"NVIDIA H200", "llama h4096", "llama h2048"};
+  t.set_origin(origin);
+  const absl::StatusOr<CostTable> back = CostTable::FromJson(t.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->origin().has_value());
+  EXPECT_EQ(*back->origin(), origin);
+}
+
 TEST(CostTableTest, IgnoresUnknownKeys) {
   const absl::StatusOr<CostTable> t = CostTable::FromJson(
       R"({"device": "H200", "batch_sizes": [1], "verify_tokens": [1, 2],
@@ -371,6 +383,22 @@ INSTANTIATE_TEST_SUITE_P(
         BadTable{"BooleanTime",
                  R"({"batch_sizes": [1], "verify_tokens": [1], "seconds": [[true]]})",
                  "seconds[0][0] (batch 1, tokens 1) is not a number"},
+        BadTable{"OriginNotObject",
+                 R"({"measured_on": "H200", "batch_sizes": [1], "verify_tokens": [1],
+                  "seconds": [[0.1]]})",
+                 "'measured_on' is not an object, got \"H200\""},
+        BadTable{"OriginWithoutDraft",
+                 R"({"measured_on": {"device": "H200", "target": "llama"}, "batch_sizes": [1],
+                  "verify_tokens": [1], "seconds": [[0.1]]})",
+                 "'measured_on' needs 'draft', a non-empty string of at most 256 bytes"},
+        BadTable{"OriginEmptyDevice",
+                 R"({"measured_on": {"device": "", "target": "a", "draft": "b"},
+                  "batch_sizes": [1], "verify_tokens": [1], "seconds": [[0.1]]})",
+                 "'measured_on' needs 'device', a non-empty string of at most 256 bytes, got"},
+        BadTable{"OriginNumericTarget",
+                 R"({"measured_on": {"device": "H200", "target": 7, "draft": "b"},
+                  "batch_sizes": [1], "verify_tokens": [1], "seconds": [[0.1]]})",
+                 "'measured_on' needs 'target', a non-empty string of at most 256 bytes, got 7"},
         BadTable{"NotJson", R"({"batch_sizes": [1], )", "not valid JSON"},
         BadTable{"NotObject", R"([1, 2])", "not an object"}),
     [](const ::testing::TestParamInfo<BadTable>& info) { return std::string(info.param.name); });
