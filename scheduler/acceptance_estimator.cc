@@ -167,9 +167,11 @@ void OnlineAcceptanceEstimator::Push(int k, double x, bool accepted) {
   } else {
     slot = w.head;
     w.head = (w.head + 1) % capacity;
+    w.accepted -= w.y[slot];
   }
   w.x[slot] = x;
   w.y[slot] = accepted ? 1 : 0;
+  w.accepted += w.y[slot];
   Position& p = positions_[k];
   ++p.observations;
   if (accepted) ++p.accepted;
@@ -285,6 +287,12 @@ void OnlineAcceptanceEstimator::Refit(int k) {
   ++pos.refits;
 }
 
+double OnlineAcceptanceEstimator::UnseenConfidence(int k) const {
+  if (k < 0 || k >= options_.gamma || !positions_[k].fitted) return 1.0;
+  const Window& w = windows_[k];
+  return w.size > 0 ? static_cast<double>(w.accepted) / static_cast<double>(w.size) : 1.0;
+}
+
 uint64_t OnlineAcceptanceEstimator::StateHash() const {
   Fnv1a64 h;
   h.AddI64(options_.gamma);
@@ -337,6 +345,11 @@ absl::Status HeadConfidence::Observe(absl::Span<const VerifyObservation> observa
     });
   }
   return absl::OkStatus();
+}
+
+double HeadConfidence::UnseenConfidence(int k) const {
+  if (k < 0 || k >= gamma_ || observations_[k] == 0) return 1.0;
+  return static_cast<double>(accepted_[k]) / static_cast<double>(observations_[k]);
 }
 
 uint64_t HeadConfidence::StateHash() const {

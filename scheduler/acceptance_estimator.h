@@ -58,6 +58,12 @@ class ConfidenceSource {
   virtual absl::Status Score(absl::Span<const float> signals,
                              absl::Span<double> confidences) const = 0;
 
+  // The confidence of a draft at position k whose signal is not known yet
+  // (planning a request at a depth it has not drafted to): the source's
+  // recent acceptance rate at k once it has one, 1 while it has none (the
+  // prior, which drafts and verifies everything).
+  virtual double UnseenConfidence(int k) const = 0;
+
   // Folds one verify step's outcomes, whatever their order in the span.
   virtual absl::Status Observe(absl::Span<const VerifyObservation> observations) = 0;
 
@@ -114,6 +120,8 @@ class OnlineAcceptanceEstimator final : public ConfidenceSource {
   // repeated request id.
   absl::Status Observe(absl::Span<const VerifyObservation> observations) override;
   uint64_t StateHash() const override;
+  // A fitted position: the acceptance rate of its window; else 1.
+  double UnseenConfidence(int k) const override;
 
   // The feature of one signal: logit(clamped q_max).
   double Feature(float q_max) const;
@@ -139,7 +147,8 @@ class OnlineAcceptanceEstimator final : public ConfidenceSource {
     std::vector<double> x;
     std::vector<uint8_t> y;
     int size = 0;
-    int head = 0;  // slot of the oldest observation once full
+    int head = 0;      // slot of the oldest observation once full
+    int accepted = 0;  // observations in the window with outcome 1
   };
   void Push(int k, double x, bool accepted);
   void Refit(int k);
@@ -165,6 +174,8 @@ class HeadConfidence final : public ConfidenceSource {
                      absl::Span<double> confidences) const override;
   absl::Status Observe(absl::Span<const VerifyObservation> observations) override;
   uint64_t StateHash() const override;
+  // The acceptance rate at k over every observation; 1 before the first.
+  double UnseenConfidence(int k) const override;
 
   int64_t observations(int k) const { return observations_[k]; }
   int64_t accepted(int k) const { return accepted_[k]; }

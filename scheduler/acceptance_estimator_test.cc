@@ -266,6 +266,43 @@ TEST(OnlineAcceptanceEstimatorTest, WindowFollowsADrift) {
   EXPECT_NEAR(est.position(0).intercept, -2.0, 0.85);
 }
 
+// A position without a signal (a request that never drafted that deep) is
+// scored at the acceptance rate of the position's window once the position
+// has a fit; before, the prior's 1. The window slides with the stream.
+TEST(OnlineAcceptanceEstimatorTest, UnseenConfidenceIsTheWindowsAcceptanceRate) {
+  AcceptanceEstimatorOptions options = SmallOptions(2);
+  options.window = 512;
+  OnlineAcceptanceEstimator est = *OnlineAcceptanceEstimator::Create(options);
+  EXPECT_EQ(est.UnseenConfidence(0), 1.0);
+  EXPECT_EQ(est.UnseenConfidence(1), 1.0);
+  std::mt19937_64 rng(17);
+  std::vector<uint8_t> outcomes;  // position 0's observations, in folding order
+  const auto rate_of_last = [&](size_t n) {
+    n = std::min(n, outcomes.size());
+    const int accepted = std::count(outcomes.end() - static_cast<std::ptrdiff_t>(n),
+                                    outcomes.end(), uint8_t{1});
+    return static_cast<double>(accepted) / static_cast<double>(n);
+  };
+  for (int step = 0; step < 96; ++step) {
+    const TrueModel model = step < 48 ? TrueModel{{1.0, 1.0}, {2.0, 0.0}}
+                                      : TrueModel{{1.0, 1.0}, {-2.0, 0.0}};
+    const Step s = MakeStep(model, 16, step * 16, rng, false);
+    for (const VerifyObservation& o : s.observations) outcomes.push_back(o.accepted_drafts > 0);
+    ASSERT_TRUE(est.Observe(s.observations).ok());
+    if (!est.position(0).fitted) {
+      EXPECT_EQ(est.UnseenConfidence(0), 1.0) << "step " << step;
+    } else {
+      EXPECT_EQ(est.UnseenConfidence(0), rate_of_last(512)) << "step " << step;
+    }
+  }
+  // The window holds only the second model's observations by now: a low
+  // rate, far from the first model's.
+  EXPECT_LT(est.UnseenConfidence(0), 0.5);
+  EXPECT_GT(rate_of_last(outcomes.size()), est.UnseenConfidence(0));
+  EXPECT_EQ(est.UnseenConfidence(-1), 1.0);
+  EXPECT_EQ(est.UnseenConfidence(2), 1.0);
+}
+
 TEST(OnlineAcceptanceEstimatorTest, RefusesMalformedObservationsWithoutChangingState) {
   OnlineAcceptanceEstimator est = *OnlineAcceptanceEstimator::Create(SmallOptions(3));
   const std::vector<float> s3 = {0.5f, 0.5f, 0.5f};
@@ -331,6 +368,9 @@ TEST(HeadConfidenceTest, PassesTheHeadThroughTheSameInterface) {
   EXPECT_EQ(head.observations(1), 1);
   EXPECT_EQ(head.accepted(1), 0);
   EXPECT_NE(source.StateHash(), before);
+  EXPECT_EQ(source.UnseenConfidence(0), 1.0);  // 2 of 2
+  EXPECT_EQ(source.UnseenConfidence(1), 0.0);  // 0 of 1
+  EXPECT_EQ(HeadConfidence(2).UnseenConfidence(0), 1.0);  // nothing seen
 }
 
 }  // namespace

@@ -39,6 +39,7 @@ uint64_t DraftPlanHash(const DraftPlan& plan) {
   h.AddI64(plan.passes);
   h.AddI64(plan.drafting_requests);
   h.AddI64(plan.total_depth);
+  h.AddI64(plan.catch_up_tokens);
   h.AddDouble(plan.predicted_step_seconds);
   h.AddDouble(plan.predicted_committed_tokens);
   return h.digest();
@@ -68,17 +69,19 @@ absl::Status DraftPlanner::SetPinnedDepth(std::optional<int> depth) {
 }
 
 void DraftPlanner::Finish(int64_t batch, absl::Span<const double> confidences,
-                          DraftPlan* plan) {
+                          absl::Span<const int32_t> catch_up_tokens, DraftPlan* plan) {
   const int gamma = options_.gamma;
   plan->passes = 0;
   plan->drafting_requests = 0;
   plan->total_depth = 0;
+  plan->catch_up_tokens = 0;
   double committed = static_cast<double>(batch);
   for (int64_t i = 0; i < batch; ++i) {
     const int32_t d = plan->depths[i];
     plan->passes = std::max(plan->passes, static_cast<int>(d));
     plan->drafting_requests += d > 0 ? 1 : 0;
     plan->total_depth += d;
+    if (d > 0 && !catch_up_tokens.empty()) plan->catch_up_tokens += catch_up_tokens[i];
     double survival = 1.0;
     for (int j = 0; j < d; ++j) {
       survival *= Clamp(confidences[i * gamma + j]);
@@ -88,6 +91,7 @@ void DraftPlanner::Finish(int64_t batch, absl::Span<const double> confidences,
   plan->predicted_committed_tokens = committed;
   if (cost_table_.has_value()) {
     DraftRowsPerPass(plan->depths, &rows_per_pass_);
+    if (!rows_per_pass_.empty()) rows_per_pass_[0] += plan->catch_up_tokens;
     plan->predicted_step_seconds =
         cost_table_->PredictStepAt(static_cast<double>(batch),
                                    static_cast<double>(batch + plan->total_depth), rows_per_pass_);
@@ -111,6 +115,20 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
   if (!input.flags.empty() && static_cast<int64_t>(input.flags.size()) != batch) {
     return absl::InvalidArgumentError(absl::StrCat("draft planner: ", input.flags.size(),
                                                    " flags for ", batch, " requests"));
+  }
+  if (!input.catch_up_tokens.empty()) {
+    if (static_cast<int64_t>(input.catch_up_tokens.size()) != batch) {
+      return absl::InvalidArgumentError(absl::StrCat("draft planner: ",
+                                                     input.catch_up_tokens.size(),
+                                                     " catch-up counts for ", batch, " requests"));
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+      if (input.catch_up_tokens[i] < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("draft planner: request ", i, " has ",
+                                                       input.catch_up_tokens[i],
+                                                       " catch-up tokens"));
+      }
+    }
   }
   caps_.resize(batch);
   for (int64_t i = 0; i < batch; ++i) {
@@ -166,6 +184,12 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
       first_pass_seconds_[n] = table.PredictDraftPassAt(static_cast<double>(n), true);
       later_pass_seconds_[n] = table.PredictDraftPassAt(static_cast<double>(n), false);
     }
+    // The first pass over n rows carrying `extra` catch-up tokens.
+    const auto first_pass = [&](int64_t n, int64_t extra) {
+      return extra == 0 ? first_pass_seconds_[n]
+                        : table.PredictDraftPassAt(static_cast<double>(n + extra), true);
+    };
+    const bool catch_up = !input.catch_up_tokens.empty();
     double best = b / table.StepFromParts(b, table.Predict(b, b), 0.0);
     int best_limit = 0;
     int64_t best_k = 0;
@@ -175,14 +199,18 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
       rows_per_pass_.assign(limit, 0);
       double gain = b;
       int64_t k = 0;
+      int64_t extra = 0;  // catch-up tokens of the requests drafting so far
       for (const Candidate& c : candidates_) {
         if (c.position >= limit) continue;
         gain += c.survival;
         ++k;
         ++rows_per_pass_[c.position];
+        // A request's first draft comes first among its own (its survival
+        // is its largest), and brings the request's catch-up.
+        if (catch_up && c.position == 0) extra += input.catch_up_tokens[c.request];
         // Summed as PredictDraftPhaseAt does (a pass of no rows adds 0), so
         // the plan's price is the one Finish reports.
-        double phase = first_pass_seconds_[rows_per_pass_[0]];
+        double phase = first_pass(rows_per_pass_[0], extra);
         for (int p = 1; p < limit; ++p) phase += later_pass_seconds_[rows_per_pass_[p]];
         const double objective =
             gain / table.StepFromParts(b, table.Predict(b, b + static_cast<double>(k)), phase);
@@ -201,7 +229,7 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
       ++taken;
     }
   }
-  Finish(batch, input.confidences, plan);
+  Finish(batch, input.confidences, input.catch_up_tokens, plan);
   return absl::OkStatus();
 }
 

@@ -26,6 +26,16 @@
 // only, and this is the optimum over all depth vectors; otherwise it is the
 // best of the plans that draft the surest tokens.
 //
+// Catch-up. A request that sat out steps (depth 0) left its draft behind by
+// the tokens those steps committed; its next drafting step's first pass
+// feeds them all (StepExecutor: pass 0 catches up on every token the draft
+// has not seen). The table's passes were measured on requests that draft
+// every step, so a plan prices its first pass at its rows plus the
+// catch-up tokens of the requests it makes draft (each such token priced as
+// a row of that pass). A request far behind then drafts only when its
+// drafts pay for its catch-up this step; the plans compared stay the top k
+// survivals, each priced with its catch-up.
+//
 // Fallbacks: without a draft split in the table, with no table, or while the
 // confidence source is on its prior, every request drafts its cap (today's
 // behaviour, what a whole-step table was measured at). An operator's
@@ -70,6 +80,9 @@ struct DraftPlannerInput {
   absl::Span<const double> confidences;  // B * gamma, clamped to [0, 1], NaN is 0
   absl::Span<const int32_t> max_verify_lens;  // B, each >= 1
   absl::Span<const uint8_t> flags;            // kSpeculationDisabled | kStopEmitted; may be empty
+  // B or empty (none): tokens committed by the steps each request sat out
+  // since it last drafted, which its next first pass catches up on.
+  absl::Span<const int32_t> catch_up_tokens;
   bool confidence_ready = true;
   bool drafts_allowed = true;
 };
@@ -80,7 +93,9 @@ struct DraftPlan {
   int passes = 0;               // max depth: the draft passes the step runs
   int drafting_requests = 0;    // requests with depth > 0
   int64_t total_depth = 0;      // sum of depths
-  // PredictStepAt(B, B + total_depth, each pass's rows); NaN without a table.
+  int64_t catch_up_tokens = 0;  // of the drafting requests: extra rows of the first pass
+  // PredictStepAt(B, B + total_depth, each pass's rows, the first's plus
+  // catch_up_tokens); NaN without a table.
   double predicted_step_seconds = 0;
   double predicted_committed_tokens = 0;  // B + the survivals of the drafted tokens
 };
@@ -116,7 +131,8 @@ class DraftPlanner {
   DraftPlanner(DraftPlannerOptions options, std::optional<CostTable> cost_table)
       : options_(options), cost_table_(std::move(cost_table)) {}
 
-  void Finish(int64_t batch, absl::Span<const double> confidences, DraftPlan* plan);
+  void Finish(int64_t batch, absl::Span<const double> confidences,
+              absl::Span<const int32_t> catch_up_tokens, DraftPlan* plan);
 
   DraftPlannerOptions options_;
   std::optional<CostTable> cost_table_;

@@ -296,6 +296,57 @@ TEST(DraftPlannerTest, OnlyTheConfidentRequestsDraftWhenPassesCostTheirRows) {
             b / table.PredictStep(b, b, 0));
 }
 
+// Two confident requests alike, both worth drafting; one sat out steps and
+// its draft must first catch up on their 40 tokens. Its first pass then
+// costs 40 rows more, more than its drafts earn, so only the other drafts,
+// and the plan's price carries the catch-up of the requests it drafts.
+TEST(DraftPlannerTest, ARequestFarBehindDraftsOnlyWhenItsDraftsPayForItsCatchUp) {
+  std::vector<double> pass;
+  for (double rows : {1.0, 2.0, 4.0, 8.0}) pass.push_back(0.0002 + 0.0009 * rows);
+  const CostTable table = SplitTable(pass, 4, 0.00005);
+  std::vector<double> confidences(2 * 4, 0.95);
+  const std::vector<int32_t> max_lens(2, 5);
+  DraftPlanner planner = *DraftPlanner::Create({.gamma = 4}, table);
+
+  DraftPlan even;
+  ASSERT_TRUE(planner.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &even).ok());
+  ASSERT_EQ(even.drafting_requests, 2);
+  EXPECT_EQ(even.catch_up_tokens, 0);
+
+  const std::vector<int32_t> behind = {0, 40};
+  DraftPlan plan;
+  ASSERT_TRUE(planner
+                  .Plan({.confidences = confidences, .max_verify_lens = max_lens,
+                         .catch_up_tokens = behind},
+                        &plan)
+                  .ok());
+  EXPECT_GT(plan.depths[0], 0);
+  EXPECT_EQ(plan.depths[1], 0);
+  EXPECT_EQ(plan.catch_up_tokens, 0);
+
+  // Both drafting with the catch-up priced: worse than the plan taken.
+  std::vector<int64_t> rows;
+  DraftRowsPerPass(even.depths, &rows);
+  rows[0] += 40;
+  EXPECT_LT(even.predicted_committed_tokens / table.PredictStepAt(2, 2 + even.total_depth, rows),
+            plan.predicted_committed_tokens / plan.predicted_step_seconds);
+
+  // A catch-up small enough to pay for: both draft, and the price has it.
+  const std::vector<int32_t> slightly = {0, 1};
+  ASSERT_TRUE(planner
+                  .Plan({.confidences = confidences, .max_verify_lens = max_lens,
+                         .catch_up_tokens = slightly},
+                        &plan)
+                  .ok());
+  ASSERT_EQ(plan.drafting_requests, 2);
+  EXPECT_EQ(plan.catch_up_tokens, 1);
+  DraftRowsPerPass(plan.depths, &rows);
+  rows[0] += 1;
+  EXPECT_DOUBLE_EQ(plan.predicted_step_seconds,
+                   table.PredictStepAt(2, 2 + plan.total_depth, rows));
+  EXPECT_NE(DraftPlanHash(plan), DraftPlanHash(even));
+}
+
 TEST(DraftPlannerTest, RefusesMalformedInput) {
   DraftPlanner planner = *DraftPlanner::Create({.gamma = 2}, std::nullopt);
   DraftPlan plan;
@@ -308,6 +359,18 @@ TEST(DraftPlannerTest, RefusesMalformedInput) {
   const std::vector<uint8_t> one_flag = {0};
   EXPECT_FALSE(
       planner.Plan({.confidences = four, .max_verify_lens = two, .flags = one_flag}, &plan).ok());
+  const std::vector<int32_t> one_count = {2};
+  const std::vector<int32_t> negative = {0, -1};
+  EXPECT_FALSE(planner
+                   .Plan({.confidences = four, .max_verify_lens = two,
+                          .catch_up_tokens = one_count},
+                         &plan)
+                   .ok());
+  EXPECT_FALSE(planner
+                   .Plan({.confidences = four, .max_verify_lens = two,
+                          .catch_up_tokens = negative},
+                         &plan)
+                   .ok());
   EXPECT_FALSE(DraftPlanner::Create({.gamma = 0}, std::nullopt).ok());
   EXPECT_FALSE(DraftPlanner::Create({.gamma = 2, .min_survival = 0}, std::nullopt).ok());
 }
