@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "comm/create_communicator.h"
 #include "runtime/text/tokenizer_match.h"
 
@@ -43,9 +44,15 @@ ABSL_FLAG(int, speculation_max_batch, 0,
           "nothing (each request decodes one token, as with --speculation off); 0: no limit");
 ABSL_FLAG(int64_t, max_model_len, 0, "context length; 0: the target's max_position_embeddings");
 ABSL_FLAG(int64_t, kv_cache_tokens, 65536, "KV cache positions per model");
-ABSL_FLAG(std::string, cost_table, "",
-          "cost table JSON (verdict profile); without one every draft is verified, and "
-          "without its draft split every request drafts --num-draft-tokens each step");
+ABSL_FLAG(std::string, cost_table, "auto",
+          "cost table JSON (verdict profile); auto: the first table in --cost-table-dirs "
+          "measured on this GPU, these models' shapes, TP degree and --num-draft-tokens; none: "
+          "no table. Without a table every draft is verified, and without its draft split "
+          "every request drafts --num-draft-tokens each step");
+ABSL_FLAG(std::string, cost_table_dirs, "",
+          "directories (':'-separated) that --cost-table auto searches, in order; empty: "
+          "$VERDICT_COST_TABLE_DIR or ~/.cache/verdict/cost_tables (where verdict profile "
+          "writes), then the bundled deploy/cost_tables");
 ABSL_FLAG(uint64_t, seed, 0, "seeds the requests that bring no seed of their own");
 ABSL_FLAG(int, plan_check_interval, 64,
           "steps between comparisons of the ranks' plans (1: every step)");
@@ -135,6 +142,21 @@ std::string ResolveModelDir(const std::string& dir) {
   return dir;
 }
 
+std::vector<std::string> CostTableDirsFromFlags() {
+  const std::string flag = absl::GetFlag(FLAGS_cost_table_dirs);
+  if (!flag.empty()) return absl::StrSplit(flag, ':', absl::SkipEmpty());
+  std::vector<std::string> dirs;
+  if (const char* dir = std::getenv("VERDICT_COST_TABLE_DIR"); dir != nullptr && *dir != 0) {
+    dirs.push_back(dir);
+  } else if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache != nullptr && *cache != 0) {
+    dirs.push_back(absl::StrCat(cache, "/verdict/cost_tables"));
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != 0) {
+    dirs.push_back(absl::StrCat(home, "/.cache/verdict/cost_tables"));
+  }
+  dirs.push_back(ResolveModelDir("deploy/cost_tables"));
+  return dirs;
+}
+
 std::string TargetModelDirFromFlags() {
   const std::string model = absl::GetFlag(FLAGS_model);
   return ResolveModelDir(model.empty() ? "models/target" : model);
@@ -190,6 +212,8 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
   options.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
   options.cost_table_path = absl::GetFlag(FLAGS_cost_table);
+  if (options.cost_table_path == "none") options.cost_table_path.clear();
+  options.cost_table_dirs = CostTableDirsFromFlags();
   options.seed = absl::GetFlag(FLAGS_seed);
   options.plan_check_interval = absl::GetFlag(FLAGS_plan_check_interval);
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);

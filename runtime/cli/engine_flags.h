@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
@@ -42,6 +43,11 @@ std::string TokenizerDirFromFlags();
 // The model directory a flag names: as given if it exists, else relative to
 // the workspace `bazel run` was started from.
 std::string ResolveModelDir(const std::string& dir);
+
+// The directories --cost-table auto searches (--cost-table-dirs, or the
+// operator's cache then the bundled deploy/cost_tables); the first is where
+// `verdict profile` writes by default.
+std::vector<std::string> CostTableDirsFromFlags();
 
 }  // namespace verdict
 

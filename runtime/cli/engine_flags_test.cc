@@ -3,7 +3,10 @@
 // with the flag and the value before anything is loaded.
 #include "runtime/cli/engine_flags.h"
 
+#include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
@@ -13,6 +16,8 @@
 #include "runtime/engine/engine.h"
 
 ABSL_DECLARE_FLAG(std::string, cuda_graphs);
+ABSL_DECLARE_FLAG(std::string, cost_table);
+ABSL_DECLARE_FLAG(std::string, cost_table_dirs);
 
 namespace verdict {
 namespace {
@@ -57,6 +62,43 @@ TEST(EngineFlagsTest, OtherCudaGraphsValuesAreRefusedByName) {
                                             std::string(value) + "'"));
   }
   absl::SetFlag(&FLAGS_cuda_graphs, "on");
+}
+
+// By default the server finds its cost table: --cost-table auto, searched
+// in the operator's cache (where verdict profile writes), then in the tables
+// the project ships.
+TEST(EngineFlagsTest, CostTableIsAutoSearchingTheCacheThenTheBundledTables) {
+  unsetenv("VERDICT_COST_TABLE_DIR");
+  unsetenv("XDG_CACHE_HOME");
+  setenv("HOME", "/home/op", 1);
+  EngineOptions options;
+  ASSERT_EQ(OptionsFromFlags(&options).code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(options.cost_table_path, kAutoCostTable);
+  ASSERT_EQ(options.cost_table_dirs.size(), 2u);
+  EXPECT_EQ(options.cost_table_dirs[0], "/home/op/.cache/verdict/cost_tables");
+  EXPECT_THAT(options.cost_table_dirs[1], HasSubstr("deploy/cost_tables"));
+  EXPECT_TRUE(std::filesystem::is_directory(options.cost_table_dirs[1]))
+      << options.cost_table_dirs[1];
+
+  setenv("XDG_CACHE_HOME", "/xdg", 1);
+  ASSERT_EQ(OptionsFromFlags(&options).code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(options.cost_table_dirs[0], "/xdg/verdict/cost_tables");
+  setenv("VERDICT_COST_TABLE_DIR", "/tables", 1);
+  ASSERT_EQ(OptionsFromFlags(&options).code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(options.cost_table_dirs[0], "/tables");
+  unsetenv("VERDICT_COST_TABLE_DIR");
+  unsetenv("XDG_CACHE_HOME");
+}
+
+TEST(EngineFlagsTest, CostTableNoneAndTheDirectoriesAsGiven) {
+  absl::SetFlag(&FLAGS_cost_table, "none");
+  absl::SetFlag(&FLAGS_cost_table_dirs, "/a:/b::/c");
+  EngineOptions options;
+  ASSERT_EQ(OptionsFromFlags(&options).code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(options.cost_table_path, "");
+  EXPECT_EQ(options.cost_table_dirs, (std::vector<std::string>{"/a", "/b", "/c"}));
+  absl::SetFlag(&FLAGS_cost_table, "auto");
+  absl::SetFlag(&FLAGS_cost_table_dirs, "");
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -32,8 +34,10 @@ ABSL_FLAG(int, profile_repeats, 5,
           "profile: measured steps per cell; the cell's time is their median");
 ABSL_FLAG(int, profile_warmup_steps, 2,
           "profile: steps of each cell run at the full batch and pin before measuring");
-ABSL_FLAG(std::string, profile_out, "cost_table.json",
-          "profile: where to write the cost table (load it with --cost-table)");
+ABSL_FLAG(std::string, profile_out, "auto",
+          "profile: where to write the cost table (load it with --cost-table); auto: into the "
+          "first of --cost-table-dirs, named after the GPU, the models and the TP degree, where "
+          "serve's --cost-table auto finds it");
 ABSL_FLAG(bool, profile_progress, true, "profile: show progress on stderr");
 ABSL_FLAG(bool, profile_one_pass, true,
           "profile: also measure, per batch size, steps of one draft pass (the table's "
@@ -398,14 +402,31 @@ absl::StatusOr<CostTable> CostTableFromCells(const std::vector<ProfileCell>& mea
                        return c.draft_passes == passes && !c.draft_pass_seconds.empty();
                      });
   if (!split) return table;
+  // One pass's price at a batch size is the median over all its cells'
+  // steps. Cells are measured at different times, so on a loaded machine a
+  // cell's median step can come out shorter than that many passes at the
+  // median price; the price is then held to the draft share of that cell's
+  // own steps (each step's draft time over its whole time, both measured in
+  // the same step), so that every cell keeps a positive verify.
   std::vector<double> pass_seconds;
   for (const double b : batches) {
     std::vector<double> at_batch;
     for (const ProfileCell& c : cells) {
-      if (c.batch_size != b) continue;
-      at_batch.insert(at_batch.end(), c.draft_pass_seconds.begin(), c.draft_pass_seconds.end());
+      if (c.batch_size == b) {
+        at_batch.insert(at_batch.end(), c.draft_pass_seconds.begin(), c.draft_pass_seconds.end());
+      }
     }
-    pass_seconds.push_back(Median(at_batch));
+    double price = Median(at_batch);
+    for (const ProfileCell& c : cells) {
+      if (c.batch_size != b || passes * price < c.median_seconds) continue;
+      if (c.seconds.size() != c.draft_pass_seconds.size()) continue;  // not measured together
+      std::vector<double> share;
+      for (size_t i = 0; i < c.seconds.size(); ++i) {
+        if (c.seconds[i] > 0) share.push_back(c.draft_pass_seconds[i] / c.seconds[i]);
+      }
+      if (!share.empty()) price = std::min(price, Median(share) * c.median_seconds);
+    }
+    pass_seconds.push_back(price);
   }
   if (absl::Status s = table->SetDraftSplit(std::move(pass_seconds), passes); !s.ok()) {
     return absl::InternalError(absl::StrCat("the measured draft split does not fit the table: ",
@@ -560,7 +581,15 @@ absl::StatusOr<ProfileResult> RunProfile(Engine& engine, const ProfileOptions& o
   absl::StatusOr<CostTable> table = CostTableFromCells(cells);
   if (!table.ok()) return table.status();
   table->set_measured_tp(engine.world_size());
+  if (engine.cost_table_key().has_value()) table->set_origin(engine.cost_table_key()->origin);
   if (!options.output_path.empty()) {
+    const std::filesystem::path dir = std::filesystem::path(options.output_path).parent_path();
+    std::error_code error;
+    if (!dir.empty()) std::filesystem::create_directories(dir, error);
+    if (error) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create ", dir.string(), " for the cost table: ", error.message()));
+    }
     if (absl::Status s = table->Save(options.output_path); !s.ok()) return s;
   }
   result.cells = std::move(cells);
@@ -589,7 +618,8 @@ int RunProfileCommand(absl::Span<char* const> positional) {
   options.budget_fractions = *fractions;
   options.repeats = absl::GetFlag(FLAGS_profile_repeats);
   options.warmup_steps = absl::GetFlag(FLAGS_profile_warmup_steps);
-  options.output_path = OutputPath(absl::GetFlag(FLAGS_profile_out));
+  const std::string out = absl::GetFlag(FLAGS_profile_out);
+  options.output_path = out == "auto" ? "" : OutputPath(out);
   options.progress = absl::GetFlag(FLAGS_profile_progress);
   options.one_pass_cells = absl::GetFlag(FLAGS_profile_one_pass);
   const int largest = options.batch_sizes.empty() ? 1
@@ -602,6 +632,9 @@ int RunProfileCommand(absl::Span<char* const> positional) {
     o->verify_mode = VerifyMode::kCompact;
     o->max_running_requests = std::max(o->max_running_requests, largest);
     o->max_waiting_requests = std::max(o->max_waiting_requests, largest);
+    // The profile measures a table; serve's default of finding one is not
+    // a table named by the operator.
+    if (o->cost_table_path == kAutoCostTable) o->cost_table_path.clear();
     return CheckProfileEngineOptions(*o);
   });
   if (!rt.ok()) {
@@ -609,6 +642,10 @@ int RunProfileCommand(absl::Span<char* const> positional) {
     return 1;
   }
   Engine& engine = *rt->engine;
+  if (out == "auto" && engine.rank() == 0 && engine.cost_table_key().has_value()) {
+    const std::vector<std::string> dirs = CostTableDirsFromFlags();
+    options.output_path = absl::StrCat(dirs.front(), "/", CostTableFileName(*engine.cost_table_key()));
+  }
   absl::StatusOr<ProfileResult> result = RunProfile(engine, options);
   if (!result.ok()) {
     std::fprintf(stderr, "verdict profile (rank %d): %s\n", engine.rank(),

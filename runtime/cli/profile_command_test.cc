@@ -115,6 +115,11 @@ TEST(ProfileTest, MeasuresTheGridItIsAskedForWithThePinsInPlace) {
   EXPECT_THAT(table->batch_sizes(), ElementsAre(1, 2));
   EXPECT_THAT(table->verify_tokens(), ElementsAre(1, 2, 6, 12));
   EXPECT_EQ(table->measured_tp(), 1);
+  // Keyed as the engine keys its tables, so --cost-table auto finds it.
+  ASSERT_TRUE(table->origin().has_value());
+  ASSERT_TRUE(engine->cost_table_key().has_value());
+  EXPECT_EQ(*table->origin(), engine->cost_table_key()->origin);
+  EXPECT_EQ(table->origin()->device, "cpu");
   for (size_t b = 0; b < 2; ++b) {
     for (size_t m = 0; m < 4; ++m) EXPECT_GT(table->seconds(b, m), 0.0) << b << "," << m;
   }
@@ -298,6 +303,31 @@ TEST(CostTableFromCellsTest, DraftPassesOfEveryCellGiveTheSplitPerBatchSize) {
   EXPECT_THAT(table->draft_pass_seconds(), ElementsAre(0.00175, 0.004));
   // A plain decode step at B = 1 costs the whole step less its five passes.
   EXPECT_DOUBLE_EQ(table->PredictStep(1, 1, 0), 0.010 - 5 * 0.00175);
+
+  // Cells measured at different times on a loaded machine: the second
+  // cell's steps are faster than the passes the first cell's steps ran.
+  // The price, the median 0.0031 s of all six steps, would take 0.0155 s
+  // of that cell's 0.012 s; it is held to the cell's own draft share (a
+  // median 0.1 of a step per pass, at its median step), so its verify stays.
+  std::vector<ProfileCell> noisy(2);
+  noisy[0] = {.batch_size = 2, .verify_tokens = 2, .seconds = {0.030, 0.031, 0.032},
+              .median_seconds = 0.031, .draft_passes = 5,
+              .draft_pass_seconds = {0.005, 0.005, 0.005}};
+  noisy[1] = {.batch_size = 2, .verify_tokens = 7, .seconds = {0.010, 0.012, 0.014},
+              .median_seconds = 0.012, .draft_passes = 5,
+              .draft_pass_seconds = {0.0010, 0.0012, 0.0007}};
+  table = CostTableFromCells(noisy);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE(table->has_draft_split());
+  EXPECT_NEAR(table->draft_pass_seconds()[0], 0.1 * 0.012, 1e-15);
+  EXPECT_GT(table->PredictStep(2, 7, 0), 0.0);
+  // Measured calmly, the bound is above the median and leaves it alone.
+  noisy[1].seconds = {0.040, 0.042, 0.044};
+  noisy[1].median_seconds = 0.042;
+  noisy[1].draft_pass_seconds = {0.005, 0.005, 0.005};
+  table = CostTableFromCells(noisy);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_NEAR(table->draft_pass_seconds()[0], 0.005, 1e-15);
 
   // Passes that leave a cell's verify at or below zero are refused, named.
   cells[2].draft_pass_seconds = {0.007};

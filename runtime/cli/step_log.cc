@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 
 namespace verdict {
@@ -31,9 +32,12 @@ std::string StepLog::Line(const StepTiming& step) {
       {"draft_reason", std::string(DraftReasonName(step.draft_reason))},
       {"draft_passes", step.draft_passes},
       {"drafting_requests", step.drafting_requests},
+      {"catch_up_tokens", step.catch_up_tokens},
       {"draft_seconds", step.draft_seconds},
       {"verify_seconds", step.verify_seconds},
       {"predicted_seconds", step.predicted_seconds},
+      // Seconds since the Unix epoch, to the microsecond.
+      {"committed_at", static_cast<double>(absl::ToUnixMicros(step.committed_at)) * 1e-6},
   };
   return line.dump();
 }

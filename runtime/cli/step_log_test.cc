@@ -20,6 +20,8 @@ StepTiming MixedStep() {
   t.draft_passes = 2;
   t.draft_reason = DraftReason::kPlanned;
   t.drafting_requests = 17;
+  t.catch_up_tokens = 40;
+  t.committed_at = absl::FromUnixMicros(1796300000123456);
   t.draft_seconds = 0.0021;
   t.verify_seconds = 0.0093;
   t.predicted_seconds = 0.0107;
@@ -36,6 +38,8 @@ TEST(StepLogTest, ALineCarriesEveryFieldOfTheStep) {
   EXPECT_EQ(line["draft_reason"], "planned");
   EXPECT_EQ(line["draft_passes"], 2);
   EXPECT_EQ(line["drafting_requests"], 17);
+  EXPECT_EQ(line["catch_up_tokens"], 40);
+  EXPECT_DOUBLE_EQ(line["committed_at"].get<double>(), 1796300000.123456);
   EXPECT_DOUBLE_EQ(line["draft_seconds"].get<double>(), 0.0021);
   EXPECT_DOUBLE_EQ(line["verify_seconds"].get<double>(), 0.0093);
   EXPECT_DOUBLE_EQ(line["predicted_seconds"].get<double>(), 0.0107);

@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "comm/create_communicator.h"
 #include "comm/local_communicator.h"
 #include "kernels/verify_sampler.h"
@@ -18,6 +19,7 @@
 #include "runtime/model/cuda_llama_model.h"
 #include "runtime/model/weights.h"
 #include "scheduler/cost_table.h"
+#include "scheduler/cost_table_catalog.h"
 
 namespace verdict {
 namespace {
@@ -38,6 +40,47 @@ absl::Status CheckSimulatedAcceptance(const EngineOptions& options, const ModelS
         "weights of ", target.dir, " the target's own accept test is the one to measure"));
   }
   return absl::OkStatus();
+}
+
+// The catalog's table of `key` (EngineOptions::cost_table_path
+// kAutoCostTable). Rank 0 looks and logs; every rank plans with rank 0's
+// copy (the JSON round-trips exactly), so the ranks plan from the same bits
+// even where their hosts' catalogs differ. Collective.
+absl::StatusOr<std::optional<CostTable>> AutoCostTable(const EngineOptions& options,
+                                                       const CostTableKey& key,
+                                                       Communicator& comm) {
+  std::string bytes;
+  if (comm.rank() == 0) {
+    const CostTableSearch search = FindCostTable(options.cost_table_dirs, key);
+    for (const std::string& refused : search.refused) {
+      std::fprintf(stderr, "verdict: cost table auto: skipped %s\n", refused.c_str());
+    }
+    if (search.table.has_value()) {
+      std::fprintf(stderr, "verdict: cost table auto: %s (measured on %s)\n",
+                   search.path->c_str(), DescribeCostTableKey(key).c_str());
+      bytes = search.table->ToJson();
+    } else {
+      std::fprintf(stderr,
+                   "verdict: cost table auto: none of the %d tables in [%s] was measured on %s; "
+                   "every request drafts %d tokens each step (verdict profile measures one and "
+                   "writes it where this server looks)\n",
+                   search.tables_seen, absl::StrJoin(options.cost_table_dirs, ", ").c_str(),
+                   DescribeCostTableKey(key).c_str(), key.gamma);
+    }
+  }
+  if (comm.world_size() > 1) {
+    int64_t size = static_cast<int64_t>(bytes.size());
+    if (absl::Status s = comm.Broadcast(&size, 1, DataType::kInt64, 0); !s.ok()) return s;
+    bytes.resize(static_cast<size_t>(size));
+    if (absl::Status s = comm.Broadcast(bytes.data(), bytes.size(), DataType::kUInt8, 0);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (bytes.empty()) return std::optional<CostTable>();
+  absl::StatusOr<CostTable> table = CostTable::FromJson(bytes);
+  if (!table.ok()) return table.status();
+  return std::optional<CostTable>(*std::move(table));
 }
 
 }  // namespace
@@ -257,8 +300,26 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   if (!est.ok()) return est.status();
   engine->estimator_ = std::make_unique<OnlineAcceptanceEstimator>(*std::move(est));
 
+  if (engine->draft_model_.has_value()) {
+    // The models have selected the rank's GPU on this thread.
+    absl::StatusOr<std::string> device =
+        options.backend == ModelBackend::kCuda ? CudaDeviceName() : std::string("cpu");
+    if (!device.ok()) return device.status();
+    CostTableKey key;
+    key.origin = {*device, ModelShapeName(tc), ModelShapeName(engine->draft_model_->config)};
+    key.tp = comm->world_size();
+    key.gamma = options.num_draft_tokens;
+    engine->cost_table_key_ = std::move(key);
+  }
   std::optional<CostTable> table;
-  if (!options.cost_table_path.empty()) {
+  if (options.cost_table_path == kAutoCostTable) {
+    if (engine->cost_table_key_.has_value()) {
+      absl::StatusOr<std::optional<CostTable>> found =
+          AutoCostTable(options, *engine->cost_table_key_, *comm);
+      if (!found.ok()) return found.status();
+      table = *std::move(found);
+    }
+  } else if (!options.cost_table_path.empty()) {
     absl::StatusOr<CostTable> loaded = CostTable::Load(options.cost_table_path);
     if (!loaded.ok()) return loaded.status();
     if (loaded->measured_tp() > 0 && loaded->measured_tp() != comm->world_size() &&

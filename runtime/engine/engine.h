@@ -68,6 +68,7 @@
 #include "runtime/model/llama_model.h"
 #include "runtime/text/tokenizer.h"
 #include "scheduler/acceptance_estimator.h"
+#include "scheduler/cost_table_catalog.h"
 #include "scheduler/draft_planner.h"
 #include "scheduler/stop_checker.h"
 #include "scheduler/verify_planner.h"
@@ -97,6 +98,8 @@ enum class ModelBackend { kCpu, kCuda };
 // then keeps NCCL).
 enum class OneShotAllReduce { kOff, kOn, kAuto };
 
+inline constexpr char kAutoCostTable[] = "auto";
+
 struct EngineOptions {
   int num_draft_tokens = 5;  // gamma
   // Tensor-parallel degree of the draft model: 0 shards it like the target
@@ -113,7 +116,12 @@ struct EngineOptions {
   int max_waiting_requests = 1024;
   int64_t max_model_len = 0;        // 0: the target's max_position_embeddings
   int64_t kv_cache_tokens = 65536;  // per model, positions of paged KV
-  std::string cost_table_path;      // empty: verify everything
+  // The cost table's file; empty: verify everything; kAutoCostTable: the
+  // first table in cost_table_dirs measured on this GPU, these models'
+  // shapes, this TP degree and gamma (scheduler/cost_table_catalog.h), else
+  // none.
+  std::string cost_table_path;
+  std::vector<std::string> cost_table_dirs;  // searched under kAutoCostTable
   float draft_prob_penalty = 5e-5f;
   uint64_t seed = 0;                // seeds requests that bring none
   int plan_check_interval = 64;     // steps between cross-rank plan checks
@@ -188,11 +196,18 @@ struct StepTiming {
   int draft_passes = 0;       // the draft passes the step ran
   DraftReason draft_reason = DraftReason::kEmptyBatch;  // why it ran them
   int drafting_requests = 0;  // requests that proposed drafts
+  // The catch-up tokens of the drafting requests, as the draft plan priced
+  // them (DraftPlan::catch_up_tokens).
+  int64_t catch_up_tokens = 0;
   double draft_seconds = 0;   // the draft passes and their sampler, this rank's clock
   double verify_seconds = 0;  // target forward and sampler, this rank's clock
-  // The cost table's price of the step as planned (draft + verify); 0
+  // The cost table's price of the step as planned (draft + verify); NaN
   // without a table.
   double predicted_seconds = 0;
+  // When the step was committed, on this rank's clock: the gaps between
+  // steps hold what draft_seconds and verify_seconds do not (planning,
+  // prefills, the commit itself).
+  absl::Time committed_at;
 };
 
 class Engine : public GenerationService {
@@ -249,6 +264,10 @@ class Engine : public GenerationService {
     step_observer_ = std::move(observer);
   }
 
+  // What a cost table for this engine is measured on (its GPU, its models'
+  // shapes, the TP degree, gamma); nullopt without a draft model.
+  const std::optional<CostTableKey>& cost_table_key() const { return cost_table_key_; }
+
   // False once the loop has stopped on an error (/ready then says 503).
   bool ready() const { return !loop_failed_.load(); }
   int rank() const { return comm_->rank(); }
@@ -302,6 +321,7 @@ class Engine : public GenerationService {
     std::vector<int32_t> draft_depths;  // rank 0's draft plan (SetDraftDepths)
     int draft_passes = 0;               // max(draft_depths)
     DraftReason draft_reason = DraftReason::kEmptyBatch;
+    int64_t catch_up_tokens = 0;        // DraftPlan::catch_up_tokens
     std::vector<int32_t> verify_lens;  // rank 0's plan
     PlanReason reason = PlanReason::kEmptyBatch;
     bool packed = false;  // VerifyPlan::packed, the same on every rank
@@ -339,11 +359,15 @@ class Engine : public GenerationService {
   struct StepCaps {
     std::vector<int32_t> max_verify_lens;
     std::vector<uint8_t> flags;
+    std::vector<int32_t> catch_up_tokens;  // Request::catch_up_tokens, for the draft planner
   };
   StepCaps VerifyCaps(const std::vector<Request*>& batch) const;
   // [batch * gamma] confidences of each request's latest drafts
-  // (Request::lagged_signals); positions it never drafted count as sure, as
-  // the estimator's prior does.
+  // (Request::lagged_signals); a position it never drafted (a new request,
+  // or deeper than it has drafted) takes the estimator's recent acceptance
+  // rate there (ConfidenceSource::UnseenConfidence), so that a request
+  // joining a batch is planned like the others, not at full depth; 1 while
+  // the estimator is on its prior.
   absl::Status LaggedConfidences(const std::vector<Request*>& batch,
                                  std::vector<double>* confidences);
   // The draft plan of a step over `batch` into step->draft_depths, from
@@ -408,6 +432,7 @@ class Engine : public GenerationService {
   std::shared_ptr<const Tokenizer> tokenizer_;  // shared with the caller that loaded it
   std::unique_ptr<OnlineAcceptanceEstimator> estimator_;
   std::unique_ptr<DraftPlanner> draft_planner_;
+  std::optional<CostTableKey> cost_table_key_;
   std::unique_ptr<VerifyPlanner> planner_;
   int64_t max_model_len_ = 0;
   int gamma_ = 0;

@@ -80,9 +80,11 @@ absl::Status Engine::CommitStep(const PlannedStep& step, const StepOutcome& outc
         r->lagged_signals.assign(g, std::numeric_limits<float>::quiet_NaN());
       }
       std::copy_n(signals.begin(), depth, r->lagged_signals.begin());
+      r->catch_up_tokens = 0;
     } else if (r->speculative) {
       ++r->usage.plain_steps;
       ++plain_rows;
+      r->catch_up_tokens += static_cast<int32_t>(tokens.size());
     }
     if (Commit(*r, tokens, logprobs)) finished.push_back(r);
   }
@@ -114,9 +116,11 @@ absl::Status Engine::CommitStep(const PlannedStep& step, const StepOutcome& outc
     timing.draft_passes = outcome.draft_passes;
     timing.draft_reason = step.draft_reason;
     timing.drafting_requests = drafting;
+    timing.catch_up_tokens = step.catch_up_tokens;
     timing.draft_seconds = outcome.draft_nanoseconds * 1e-9;
     timing.verify_seconds = outcome.verify_nanoseconds * 1e-9;
     timing.predicted_seconds = step.predicted_seconds;
+    timing.committed_at = absl::Now();
     step_observer_(timing);
   }
   if (!observations.empty()) {

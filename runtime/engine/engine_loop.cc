@@ -270,8 +270,10 @@ Engine::StepCaps Engine::VerifyCaps(const std::vector<Request*>& batch) const {
   StepCaps caps;
   caps.max_verify_lens.assign(b, 1);
   caps.flags.assign(b, 0);
+  caps.catch_up_tokens.assign(b, 0);
   for (int i = 0; i < b; ++i) {
     const SamplingParams& p = batch[i]->req.params;
+    caps.catch_up_tokens[i] = batch[i]->catch_up_tokens;
     // Under overlap the CPU's count may be a step behind the device's; the
     // executor caps the plan again with its own.
     const int64_t left = p.max_tokens - batch[i]->num_generated();
@@ -302,7 +304,7 @@ absl::Status Engine::LaggedConfidences(const std::vector<Request*>& batch,
     const std::vector<float>& lagged = batch[i]->lagged_signals;
     for (int j = 0; j < g; ++j) {
       if (j >= static_cast<int>(lagged.size()) || std::isnan(lagged[j])) {
-        (*confidences)[static_cast<size_t>(i) * g + j] = 1.0;
+        (*confidences)[static_cast<size_t>(i) * g + j] = estimator_->UnseenConfidence(j);
       }
     }
   }
@@ -316,6 +318,7 @@ absl::Status Engine::PlanDrafts(const StepCaps& caps, absl::Span<const double> c
   input.confidences = confidences;
   input.max_verify_lens = caps.max_verify_lens;
   input.flags = caps.flags;
+  input.catch_up_tokens = caps.catch_up_tokens;
   input.confidence_ready = estimator_->ready();
   input.drafts_allowed = DraftsAtBatch(b);
   if (absl::Status s = draft_planner_->Plan(input, &draft_plan_); !s.ok()) return s;
@@ -329,6 +332,7 @@ absl::Status Engine::PlanDrafts(const StepCaps& caps, absl::Span<const double> c
   }
   step->SetDraftDepths(std::move(depths));
   step->draft_reason = draft_plan_.reason;
+  step->catch_up_tokens = draft_plan_.catch_up_tokens;
   return absl::OkStatus();
 }
 

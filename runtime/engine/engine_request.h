@@ -36,6 +36,11 @@ struct Engine::Request {
   // overlap its next verify too. A step that drafts less deep, or not at
   // all, keeps the older signals of the positions it did not reach.
   std::vector<float> lagged_signals;
+  // Tokens committed by the steps it sat out (drafted nothing) since it last
+  // drafted: what its draft's next first pass catches up on beyond a
+  // drafting step's usual one or two (the draft planner prices them). The
+  // CPU's count: under overlap a step behind the device.
+  int32_t catch_up_tokens = 0;
   std::unique_ptr<StopChecker> stop;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;
   GenerationUsage usage;

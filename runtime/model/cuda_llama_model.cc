@@ -868,6 +868,18 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
 
 }  // namespace
 
+absl::StatusOr<std::string> CudaDeviceName() {
+  int device = 0;
+  cudaDeviceProp prop;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaGetDevice: ", cudaGetErrorString(e)));
+  }
+  if (cudaError_t e = cudaGetDeviceProperties(&prop, device); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaGetDeviceProperties: ", cudaGetErrorString(e)));
+  }
+  return std::string(prop.name);
+}
+
 absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaLlamaModel(const ModelConfig& config,
                                                                   const WeightSource& source,
                                                                   const KvCache* kv_cache,

@@ -18,6 +18,7 @@
 #define VERDICT_RUNTIME_MODEL_CUDA_LLAMA_MODEL_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
@@ -77,6 +78,10 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaLlamaModel(const ModelCon
                                                                   const KvCache* kv_cache,
                                                                   Communicator* device_comm,
                                                                   CudaModelOptions options = {});
+
+// The name CUDA gives the calling thread's current device ("NVIDIA H200"),
+// which keys the cost tables measured on it.
+absl::StatusOr<std::string> CudaDeviceName();
 
 }  // namespace verdict
 

@@ -432,6 +432,15 @@ absl::StatusOr<ModelConfig> BuiltinModelConfig(absl::string_view name) {
                                           "' (known: ", absl::StrJoin(names, ", "), ")"));
 }
 
+std::string ModelShapeName(const ModelConfig& config) {
+  std::string name = absl::StrCat(config.model_type, " h", config.hidden_size, " i",
+                                  config.intermediate_size, " l", config.num_layers, " q",
+                                  config.num_heads, " kv", config.num_kv_heads, " d",
+                                  config.head_dim, " v", config.vocab_size);
+  if (config.HasSlidingLayers()) absl::StrAppend(&name, " sw", config.sliding_window);
+  return name;
+}
+
 std::string ModelConfigToJson(const ModelConfig& c) {
   json j;
   j["model_type"] = c.model_type.empty()

@@ -80,6 +80,12 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path);
 // the known names.
 absl::StatusOr<ModelConfig> BuiltinModelConfig(absl::string_view name);
 
+// The fields that set a forward pass's cost, as one line: "llama h4096
+// i14336 l32 q32 kv8 d128 v128256" (and "sw4096" with sliding layers). Two
+// checkpoints of one architecture share it whatever their weights, so a
+// cost table measured on dummy weights serves the real ones.
+std::string ModelShapeName(const ModelConfig& config);
+
 // Serialises the fields ParseModelConfig reads (used to write test models).
 std::string ModelConfigToJson(const ModelConfig& config);
 

@@ -1,0 +1,143 @@
+// --cost-table auto in the engine (scheduler/cost_table_catalog.h): the
+// engine keys its cost tables by its device, its models' shapes, its TP
+// degree and gamma, plans with the catalog's table of that key, and with
+// none when the catalog holds only other keys' tables. The project's H200
+// table is found for the models it was measured with.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/local_communicator.h"
+#include "gtest/gtest.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/engine_test_util.h"
+#include "runtime/model/model_config.h"
+#include "scheduler/cost_table.h"
+#include "scheduler/cost_table_catalog.h"
+
+namespace verdict {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<Engine> MakeEngine(Communicator* comm, const std::string& dir) {
+  EngineOptions options;
+  options.cpu_threads = 2;
+  options.kv_cache_tokens = 8192;
+  options.cost_table_path = kAutoCostTable;
+  options.cost_table_dirs = {dir};
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(
+      options, ModelSource{"models/target"}, ModelSource{"models/draft"}, comm);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? *std::move(engine) : nullptr;
+}
+
+// A draft pass costs ten verify rows (1 ms a row, 10 ms a pass, 0.1 ms a
+// step): a table with a draft split, measured on `origin`.
+void WriteCostlyDraftTable(const std::string& path, const CostTableOrigin& origin) {
+  const auto cell = [](int m) { return 1e-4 + 1e-3 * m + 5 * 1e-2; };
+  CostTable t = *CostTable::Create({1, 16}, {1, 16, 96},
+                                   {cell(1), cell(16), cell(96), cell(1), cell(16), cell(96)});
+  ASSERT_TRUE(t.SetDraftSplit({0.01, 0.01}, 5).ok());
+  t.set_measured_tp(1);
+  t.set_origin(origin);
+  std::ofstream(path) << t.ToJson();
+}
+
+// Steps of 8 greedy requests: what the planners decided, step by step.
+std::vector<StepTiming> Serve(Engine& engine) {
+  std::vector<StepTiming> steps;
+  std::mutex mu;
+  engine.set_step_observer([&](const StepTiming& t) {
+    std::lock_guard<std::mutex> lock(mu);
+    steps.push_back(t);
+  });
+  EngineHarness harness(&engine);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    requests.push_back(TextRequest(engine, "r" + std::to_string(i),
+                                   kBundledPrompts[i % std::size(kBundledPrompts)], 96, 0.0f, i));
+    requests.back().params.ignore_eos = true;
+  }
+  for (const CollectedOutput& out : harness.GenerateAll(requests)) {
+    EXPECT_EQ(out.finish_reason, FinishReason::kLength) << out.error;
+  }
+  harness.Stop();
+  return steps;
+}
+
+TEST(EngineCostTableTest, AutoPlansWithTheTableOfThisEnginesKeyOnly) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "auto_tables";
+  fs::create_directories(dir);
+  LocalCommunicator comm;
+
+  // The key: this backend, the bundled models' shapes, TP 1, gamma 5.
+  std::unique_ptr<Engine> keyed = MakeEngine(&comm, dir.string());
+  ASSERT_NE(keyed, nullptr);
+  ASSERT_TRUE(keyed->cost_table_key().has_value());
+  const CostTableKey key = *keyed->cost_table_key();
+  keyed.reset();
+  const absl::StatusOr<ModelConfig> target = LoadModelConfig("models/target");
+  const absl::StatusOr<ModelConfig> draft = LoadModelConfig("models/draft");
+  ASSERT_TRUE(target.ok() && draft.ok());
+  EXPECT_EQ(key.origin.device, "cpu");
+  EXPECT_EQ(key.origin.target, ModelShapeName(*target));
+  EXPECT_EQ(key.origin.draft, ModelShapeName(*draft));
+  EXPECT_EQ(key.tp, 1);
+  EXPECT_EQ(key.gamma, 5);
+
+  // Only another device's table: no table, so every request drafts its
+  // cap and nothing is priced.
+  WriteCostlyDraftTable((dir / "a.json").string(),
+                        CostTableOrigin{"NVIDIA H200", key.origin.target, key.origin.draft});
+  {
+    std::unique_ptr<Engine> engine = MakeEngine(&comm, dir.string());
+    ASSERT_NE(engine, nullptr);
+    const std::vector<StepTiming> steps = Serve(*engine);
+    ASSERT_FALSE(steps.empty());
+    for (const StepTiming& t : steps) {
+      EXPECT_EQ(t.draft_reason, DraftReason::kNoDraftSplit) << "step " << t.step;
+      EXPECT_TRUE(std::isnan(t.predicted_seconds)) << "step " << t.step;
+    }
+  }
+
+  // This key's table beside it: the planners price every step with it, and
+  // the draft planner has a split to plan with (it drafts in full only
+  // while the estimator is on its prior).
+  WriteCostlyDraftTable((dir / "b.json").string(), key.origin);
+  std::unique_ptr<Engine> engine = MakeEngine(&comm, dir.string());
+  ASSERT_NE(engine, nullptr);
+  const std::vector<StepTiming> steps = Serve(*engine);
+  ASSERT_FALSE(steps.empty());
+  for (const StepTiming& t : steps) {
+    EXPECT_GT(t.predicted_seconds, 0) << "step " << t.step;
+    EXPECT_NE(t.draft_reason, DraftReason::kNoDraftSplit) << "step " << t.step;
+  }
+}
+
+// The H200 table the project ships is found for the public models it was
+// measured with (builtin:llama-3.1-8b with builtin:llama-3.2-1b, TP 1),
+// keyed as the engine keys them.
+TEST(EngineCostTableTest, TheBundledH200TableIsFoundForItsModels) {
+  const absl::StatusOr<ModelConfig> target = BuiltinModelConfig("llama-3.1-8b");
+  const absl::StatusOr<ModelConfig> draft = BuiltinModelConfig("llama-3.2-1b");
+  ASSERT_TRUE(target.ok() && draft.ok());
+  CostTableKey key;
+  key.origin = {"NVIDIA H200", ModelShapeName(*target), ModelShapeName(*draft)};
+  const std::vector<std::string> dirs = {"deploy/cost_tables"};
+  const CostTableSearch search = FindCostTable(dirs, key);
+  ASSERT_TRUE(search.table.has_value()) << DescribeCostTableKey(key);
+  EXPECT_NE(search.path->find("h200-llama-3.1-8b-draft-llama-3.2-1b-tp1-split.json"),
+            std::string::npos)
+      << *search.path;
+  EXPECT_TRUE(search.refused.empty());
+  key.tp = 2;
+  EXPECT_FALSE(FindCostTable(dirs, key).table.has_value());
+}
+
+}  // namespace
+}  // namespace verdict
