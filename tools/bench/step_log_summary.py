@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Summarises `verdict serve --step-log` files: per (batch size range, draft
-passes), how many steps ran, their measured draft and verify time, and the
-cost table's price of them, so a mispriced kind of step stands out.
+passes), how many steps ran, their measured draft and verify time, the wall
+time from the previous step's commit to theirs (what lies between steps
+too), and the cost table's price of them, so a mispriced kind of step stands
+out.
 
     python3 tools/bench/step_log_summary.py steps.jsonl [more.jsonl ...]
 """
@@ -23,26 +25,41 @@ def batch_range(b):
 def summarise(path, out):
     groups = collections.defaultdict(list)
     reasons = collections.Counter()
+    previous = None
     with open(path) as f:
         for line in f:
             s = json.loads(line)
+            # The wall time since the previous step's commit, where the two
+            # steps ran back to back (a pause of a second or more is the
+            # load generator between points, not a step).
+            s["interval"] = None
+            if previous is not None and "committed_at" in s and "committed_at" in previous:
+                gap = s["committed_at"] - previous["committed_at"]
+                if s["step"] == previous["step"] + 1 and 0 <= gap < 1.0:
+                    s["interval"] = gap
+            previous = s
             reasons[s["draft_reason"]] += 1
             groups[(batch_range(s["batch"]), s["draft_passes"])].append(s)
     out.write(f"# {path}: {sum(reasons.values())} steps; draft plans: "
               + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())) + "\n")
-    out.write("| batch | passes | steps | drafting | verify rows | draft ms | verify ms "
-              "| measured ms | predicted ms | predicted / measured |\n")
-    out.write("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    out.write("| batch | passes | steps | drafting | catch-up | verify rows | draft ms | verify ms "
+              "| measured ms | interval ms | predicted ms | predicted / measured |\n")
+    out.write("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     for ((lo, hi), passes), steps in sorted(groups.items()):
         def mean(key):
             return statistics.fmean(s[key] for s in steps)
         measured = mean("draft_seconds") + mean("verify_seconds")
-        predicted = mean("predicted_seconds")
+        # null without a cost table (the server writes NaN as null)
+        intervals = [s["interval"] for s in steps if s["interval"] is not None]
+        priced = [s["predicted_seconds"] for s in steps if s["predicted_seconds"] is not None]
+        predicted = statistics.fmean(priced) if priced else 0.0
         ratio = f"{predicted / measured:.2f}" if predicted > 0 and measured > 0 else "-"
         out.write(f"| {lo}-{hi} | {passes} | {len(steps)} | {mean('drafting_requests'):.1f} "
+                  f"| {statistics.fmean(s.get('catch_up_tokens', 0) for s in steps):.1f} "
                   f"| {mean('verify_tokens'):.1f} | {mean('draft_seconds') * 1e3:.2f} "
                   f"| {mean('verify_seconds') * 1e3:.2f} | {measured * 1e3:.2f} "
-                  f"| {predicted * 1e3:.2f} | {ratio} |\n")
+                  f"| {f'{statistics.fmean(intervals) * 1e3:.2f}' if intervals else '-'} "
+                  f"| {f'{predicted * 1e3:.2f}' if priced else '-'} | {ratio} |\n")
 
 
 def main():

@@ -154,6 +154,12 @@ class Server:
         self.metrics_port = free_port()
         serve = [args.verdict, "serve", f"--port={self.port}",
                  f"--metrics-port={self.metrics_port}", f"--tp={config.tp}"]
+        # The load generator is one client address with up to the sweep's
+        # largest concurrency open at once (a probe on top), so the server's
+        # per-address cap must not turn its load into 429s.
+        clients = max(int(c) for c in comma_list(args.concurrency))
+        serve += [f"--max-connections-per-client={clients + 8}",
+                  f"--max-connections={max(1024, clients + 8)}"]
         serve += config.flags + shlex.split(args.server_args)
         env = dict(os.environ)
         self.session_dir = None
