@@ -35,6 +35,9 @@ std::string StepLog::Line(const StepTiming& step) {
       {"catch_up_tokens", step.catch_up_tokens},
       {"draft_seconds", step.draft_seconds},
       {"verify_seconds", step.verify_seconds},
+      {"prefill_tokens", step.prefill_tokens},
+      {"target_prefill_seconds", step.target_prefill_seconds},
+      {"draft_prefill_seconds", step.draft_prefill_seconds},
       {"predicted_seconds", step.predicted_seconds},
       // Seconds since the Unix epoch, to the microsecond.
       {"committed_at", static_cast<double>(absl::ToUnixMicros(step.committed_at)) * 1e-6},

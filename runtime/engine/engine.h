@@ -201,6 +201,11 @@ struct StepTiming {
   int64_t catch_up_tokens = 0;
   double draft_seconds = 0;   // the draft passes and their sampler, this rank's clock
   double verify_seconds = 0;  // target forward and sampler, this rank's clock
+  // The prefills of the requests admitted since the previous step: their
+  // prompt tokens and the wall time of each model's prefill forward.
+  int64_t prefill_tokens = 0;
+  double target_prefill_seconds = 0;
+  double draft_prefill_seconds = 0;
   // The cost table's price of the step as planned (draft + verify); NaN
   // without a table.
   double predicted_seconds = 0;

@@ -48,10 +48,15 @@ absl::Status StepExecutor::Admit(const std::vector<ExecutorRequest>& requests) {
     }
   }
   if (!target_batch.requests.empty()) {
+    const absl::Time start = absl::Now();
     if (absl::Status s = target_->Forward(target_batch, nullptr); !s.ok()) return s;
+    target_prefill_nanoseconds_ += absl::ToInt64Nanoseconds(absl::Now() - start);
+    for (const ForwardRequest& fr : target_batch.requests) prefill_tokens_ += fr.token_ids.size();
   }
   if (!draft_batch.requests.empty()) {
+    const absl::Time start = absl::Now();
     if (absl::Status s = draft_->Forward(draft_batch, nullptr); !s.ok()) return s;
+    draft_prefill_nanoseconds_ += absl::ToInt64Nanoseconds(absl::Now() - start);
   }
   for (const ExecutorRequest& r : requests) {
     DeviceRequest& d = requests_[r.id];
@@ -399,6 +404,9 @@ absl::Status StepExecutor::Verify(const StepJob& job, StepOutcome* outcome) {
   }
   outcome->collective_nanoseconds =
       model_comm_ != nullptr ? model_comm_->nanoseconds() - job_collective_start_ : 0;
+  outcome->prefill_tokens = std::exchange(prefill_tokens_, 0);
+  outcome->target_prefill_nanoseconds = std::exchange(target_prefill_nanoseconds_, 0);
+  outcome->draft_prefill_nanoseconds = std::exchange(draft_prefill_nanoseconds_, 0);
   return absl::OkStatus();
 }
 

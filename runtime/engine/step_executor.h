@@ -117,6 +117,13 @@ struct StepOutcome {
   int64_t draft_nanoseconds = 0;       // the draft passes and their sampler
   int64_t verify_nanoseconds = 0;      // the verify forward and the sampler
   int64_t collective_nanoseconds = 0;  // in the models' collectives, whole job
+  // The prefills of the requests admitted since the previous outcome (in
+  // this job under overlap, else by Admit calls before it): their prompt
+  // tokens and the wall time of the target's and the draft's prefill
+  // forwards, which the draft and verify times leave out.
+  int64_t prefill_tokens = 0;
+  int64_t target_prefill_nanoseconds = 0;
+  int64_t draft_prefill_nanoseconds = 0;
 };
 
 class StepExecutor {
@@ -192,6 +199,10 @@ class StepExecutor {
   // Device sampling: the store row of each batch entry's drafts, -1 if none.
   std::vector<int32_t> store_rows_;
   int64_t job_collective_start_ = 0;
+  // Admit's prefills since the last outcome (StepOutcome's prefill fields).
+  int64_t prefill_tokens_ = 0;
+  int64_t target_prefill_nanoseconds_ = 0;
+  int64_t draft_prefill_nanoseconds_ = 0;
 
   // The worker.
   mutable std::mutex mu_;

@@ -112,6 +112,28 @@ TEST_F(StepExecutorTest, DeviceStopGivesZeroDraftsInTheNextStep) {
   EXPECT_THAT(Tokens(second, 0), ElementsAre(0));
 }
 
+// The step after an admission carries its prefills (the prompt tokens but
+// the last, each model's forward timed); the step after that carries none.
+TEST_F(StepExecutorTest, OutcomeCarriesThePrefillsAdmittedBeforeIt) {
+  StepExecutor executor(Options(), &target_, &draft_, nullptr);
+  ASSERT_TRUE(executor.Admit({Greedy(1, {1, 2, 3}, 20), Greedy(2, {4, 5}, 20)}).ok());
+  ASSERT_TRUE(executor.Admit({Greedy(3, {6, 7, 8, 9}, 20)}).ok());
+  StepOutcome first;
+  StepJob job = Job(1, {1, 2, 3}, {kGamma + 1, kGamma + 1, kGamma + 1});
+  ASSERT_TRUE(executor.ProposeDrafts(job, &first).ok());
+  ASSERT_TRUE(executor.Verify(job, &first).ok());
+  EXPECT_EQ(first.prefill_tokens, 2 + 1 + 3);
+  EXPECT_GT(first.target_prefill_nanoseconds, 0);
+  EXPECT_GT(first.draft_prefill_nanoseconds, 0);
+  StepOutcome second;
+  job = Job(2, {1, 2, 3}, {kGamma + 1, kGamma + 1, kGamma + 1});
+  ASSERT_TRUE(executor.ProposeDrafts(job, &second).ok());
+  ASSERT_TRUE(executor.Verify(job, &second).ok());
+  EXPECT_EQ(second.prefill_tokens, 0);
+  EXPECT_EQ(second.target_prefill_nanoseconds, 0);
+  EXPECT_EQ(second.draft_prefill_nanoseconds, 0);
+}
+
 // The plan may come from a CPU a step behind: the device caps it at the
 // tokens the request has left, and a request that has emitted them all
 // drafts nothing more.

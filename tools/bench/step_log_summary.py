@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Summarises `verdict serve --step-log` files: per (batch size range, draft
-passes), how many steps ran, their measured draft and verify time, the wall
-time from the previous step's commit to theirs (what lies between steps
-too), and the cost table's price of them, so a mispriced kind of step stands
+passes), how many steps ran, their measured draft and verify time, the
+prefills admitted before them, the wall time from the previous step's commit
+to theirs (what lies between steps too), and the cost table's price of them, so a mispriced kind of step stands
 out.
 
     python3 tools/bench/step_log_summary.py steps.jsonl [more.jsonl ...]
@@ -43,8 +43,9 @@ def summarise(path, out):
     out.write(f"# {path}: {sum(reasons.values())} steps; draft plans: "
               + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())) + "\n")
     out.write("| batch | passes | steps | drafting | catch-up | verify rows | draft ms | verify ms "
-              "| measured ms | interval ms | predicted ms | predicted / measured |\n")
-    out.write("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+              "| measured ms | prefill tokens | prefill ms (target / draft) | interval ms "
+              "| predicted ms | predicted / measured |\n")
+    out.write("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     for ((lo, hi), passes), steps in sorted(groups.items()):
         def mean(key):
             return statistics.fmean(s[key] for s in steps)
@@ -58,6 +59,9 @@ def summarise(path, out):
                   f"| {statistics.fmean(s.get('catch_up_tokens', 0) for s in steps):.1f} "
                   f"| {mean('verify_tokens'):.1f} | {mean('draft_seconds') * 1e3:.2f} "
                   f"| {mean('verify_seconds') * 1e3:.2f} | {measured * 1e3:.2f} "
+                  f"| {statistics.fmean(s.get('prefill_tokens', 0) for s in steps):.1f} "
+                  f"| {statistics.fmean(s.get('target_prefill_seconds', 0) for s in steps) * 1e3:.2f}"
+                  f" / {statistics.fmean(s.get('draft_prefill_seconds', 0) for s in steps) * 1e3:.2f} "
                   f"| {f'{statistics.fmean(intervals) * 1e3:.2f}' if intervals else '-'} "
                   f"| {f'{predicted * 1e3:.2f}' if priced else '-'} | {ratio} |\n")
 
