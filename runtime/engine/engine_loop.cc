@@ -143,8 +143,24 @@ void Engine::Admit() {
     admitted.push_back(running_.back().get());
   }
   if (admitted.empty()) return;
+  // While the batch decodes without drafts (above --speculation-max-batch,
+  // or the last draft plan drafted nobody), a request joining it skips the
+  // draft's prefill: a request that never drafts never pays for it, and
+  // one that drafts later catches up on its prompt in that step's first
+  // pass, which the draft planner prices as catch-up tokens. The decision
+  // reads state every rank shares (the batch size, the checked draft plan).
+  const bool plain_batch =
+      !DraftsAtBatch(static_cast<int>(running_.size())) ||
+      (draft_plan_.reason == DraftReason::kPlanned && !draft_plan_.depths.empty() &&
+       draft_plan_.drafting_requests == 0);
   std::vector<ExecutorRequest> on_device;
-  for (Request* r : admitted) on_device.push_back(ToExecutorRequest(*r));
+  for (Request* r : admitted) {
+    on_device.push_back(ToExecutorRequest(*r));
+    if (plain_batch && r->speculative) {
+      on_device.back().prefill_draft = false;
+      r->catch_up_tokens = std::max(0, static_cast<int32_t>(r->tokens.size()) - 1);
+    }
+  }
   if (options_.overlap) {
     // The executor prefills them first thing in the next step's job, on
     // its thread; a prefill error there fails that step, and the loop.

@@ -116,8 +116,9 @@ INSTANTIATE_TEST_SUITE_P(Modes, GreedyEquivalenceTest,
 
 // --speculation-max-batch: steps of more requests draft nothing; once the
 // batch shrinks to the limit the draft catches up on the tokens it missed
-// (its first pass takes them all) and drafting resumes, with the target's
-// greedy tokens throughout. Half the requests stop early, so the batch goes
+// (its first pass takes them all, the prompt too: a request joining a batch
+// above the limit skips the draft's prefill) and drafting resumes, with the
+// target's greedy tokens throughout. Half the requests stop early, so the batch goes
 // from 16 to 8.
 class SpeculationMaxBatchTest : public EngineTest,
                                 public ::testing::WithParamInterface<std::tuple<VerifyMode, bool>> {
@@ -164,9 +165,29 @@ TEST_P(SpeculationMaxBatchTest, LargeBatchesDecodeWithoutDraftsAndLoseNothing) {
     EXPECT_GT(drafted, 0) << "limit " << limit;
     return drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0;
   };
-  std::vector<StepTiming> steps;
+  std::vector<StepTiming> steps, unlimited_steps;
   const double limited_rate = run(kLimit, &steps);
-  const double unlimited_rate = run(0, nullptr);
+  const double unlimited_rate = run(0, &unlimited_steps);
+
+  // A request that joined a batch above the limit did not prefill its
+  // draft: the long ones caught up on their prompts when they first drafted
+  // (and their tokens match the reference above). Requests that joined
+  // while the batch was still at the limit or under it, and every request
+  // without the limit, prefill the draft at admission.
+  int64_t deferred_prompt_tokens = 0;
+  for (const StepTiming& t : steps) {
+    if (t.batch_size > kLimit) {
+      EXPECT_EQ(t.draft_prefill_seconds, 0.0) << "step " << t.step;
+      deferred_prompt_tokens += t.prefill_tokens;
+    }
+  }
+  EXPECT_GT(deferred_prompt_tokens, 0);
+  const auto draft_prefill_seconds = [](const std::vector<StepTiming>& run_steps) {
+    double seconds = 0;
+    for (const StepTiming& t : run_steps) seconds += t.draft_prefill_seconds;
+    return seconds;
+  };
+  EXPECT_GT(draft_prefill_seconds(unlimited_steps), 0.0);
 
   // Steps above the limit drafted nothing and ran one row per request.
   int no_draft_steps = 0, drafting_steps = 0;

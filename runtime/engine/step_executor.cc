@@ -42,7 +42,7 @@ absl::Status StepExecutor::Admit(const std::vector<ExecutorRequest>& requests) {
     fr.num_logits = 0;
     fr.kv_handle = r.target_kv;
     target_batch.requests.push_back(fr);
-    if (r.speculative && draft_ != nullptr) {
+    if (r.speculative && r.prefill_draft && draft_ != nullptr) {
       fr.kv_handle = r.draft_kv;
       draft_batch.requests.push_back(fr);
     }
@@ -63,7 +63,7 @@ absl::Status StepExecutor::Admit(const std::vector<ExecutorRequest>& requests) {
     d.request = r;
     d.tokens = r.prompt_token_ids;
     d.target_valid = static_cast<int64_t>(d.tokens.size()) - 1;
-    d.draft_valid = d.target_valid;
+    d.draft_valid = r.prefill_draft ? d.target_valid : 0;
   }
   return absl::OkStatus();
 }

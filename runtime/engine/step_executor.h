@@ -59,6 +59,10 @@ struct ExecutorRequest {
   int target_kv = -1;
   int draft_kv = -1;    // -1 when the request does not speculate
   bool speculative = false;
+  // Whether Admit prefills the draft too. Without, the draft has seen no
+  // token of the request, and its first drafting step's first pass catches
+  // up on all of them.
+  bool prefill_draft = true;
   int max_draft_tokens = -1;  // < 0: gamma
   int max_tokens = 1;
   float temperature = 1.0f;

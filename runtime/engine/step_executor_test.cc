@@ -134,6 +134,28 @@ TEST_F(StepExecutorTest, OutcomeCarriesThePrefillsAdmittedBeforeIt) {
   EXPECT_EQ(second.draft_prefill_nanoseconds, 0);
 }
 
+// A request admitted without the draft's prefill: the draft runs nothing at
+// admission, and the first draft pass starts at position 0 with the whole
+// prompt; its drafts are those of a prefilled draft.
+TEST_F(StepExecutorTest, ADraftAdmittedWithoutPrefillCatchesUpOnThePrompt) {
+  StepExecutor executor(Options(), &target_, &draft_, nullptr);
+  ExecutorRequest request = Greedy(1, {1, 2, 3}, 20);
+  request.prefill_draft = false;
+  ASSERT_TRUE(executor.Admit({request}).ok());
+  EXPECT_TRUE(draft_.start_positions.empty());
+  EXPECT_THAT(target_.start_positions, ElementsAre(0));
+  StepOutcome out;
+  StepJob job = Job(1, {1}, {kGamma + 1});
+  ASSERT_TRUE(executor.ProposeDrafts(job, &out).ok());
+  ASSERT_TRUE(executor.Verify(job, &out).ok());
+  EXPECT_EQ(out.prefill_tokens, 2);
+  EXPECT_EQ(out.draft_prefill_nanoseconds, 0);
+  // Pass 0 from position 0 (the prompt), then one position per pass.
+  EXPECT_THAT(draft_.start_positions, ElementsAre(0, 3, 4));
+  EXPECT_THAT(out.drafted, ElementsAre(1));
+  EXPECT_THAT(Tokens(out, 0), ElementsAre(4, 5, 6, 7));
+}
+
 // The plan may come from a CPU a step behind: the device caps it at the
 // tokens the request has left, and a request that has emitted them all
 // drafts nothing more.
