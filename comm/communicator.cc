@@ -24,6 +24,14 @@ size_t DataTypeSize(DataType type) {
   return 0;
 }
 
+absl::Status BroadcastBytes(Communicator& comm, std::string* bytes, int root) {
+  if (comm.world_size() == 1) return absl::OkStatus();
+  int64_t size = comm.rank() == root ? static_cast<int64_t>(bytes->size()) : 0;
+  if (absl::Status s = comm.Broadcast(&size, 1, DataType::kInt64, root); !s.ok()) return s;
+  bytes->resize(static_cast<size_t>(size));
+  return comm.Broadcast(bytes->data(), bytes->size(), DataType::kUInt8, root);
+}
+
 int AbortExitCode(const absl::Status& status) {
   return status.ok() ? 1 : static_cast<int>(status.code());
 }

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -96,6 +97,11 @@ class Communicator {
   // default ends only this process.
   [[noreturn]] virtual void Abort(const absl::Status& status);
 };
+
+// Collective, host communicators: every rank's `bytes` becomes rank
+// `root`'s (its length first, then its bytes). A world of one rank does not
+// communicate.
+absl::Status BroadcastBytes(Communicator& comm, std::string* bytes, int root = 0);
 
 // The exit code of a process ended by Communicator::Abort(status): the number
 // of status.code() (DEADLINE_EXCEEDED is 4), or 1 if status is OK.

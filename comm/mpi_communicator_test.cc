@@ -231,6 +231,21 @@ TEST(MpiCommunicatorTest, BadRootIsRefusedOnEveryRankWithoutCommunicating) {
   EXPECT_EQ(value, 7 * comm->world_size());
 }
 
+// Every rank ends with the root's bytes, whatever length it held before;
+// an empty root string empties every rank's.
+TEST(MpiCommunicatorTest, BroadcastBytesGivesEveryRankTheRootsBytes) {
+  std::unique_ptr<MpiCommunicator> comm = NewWorld();
+  ASSERT_NE(comm, nullptr);
+  const int root = comm->world_size() - 1;
+  const std::string sent = std::string("rank ") + std::to_string(root) + '\0' + "bytes";
+  std::string bytes = comm->rank() == root ? sent : std::string(comm->rank() + 3, 'x');
+  ASSERT_TRUE(BroadcastBytes(*comm, &bytes, root).ok());
+  EXPECT_EQ(bytes, sent);
+  std::string empty = comm->rank() == 0 ? "" : "left over";
+  ASSERT_TRUE(BroadcastBytes(*comm, &empty).ok());
+  EXPECT_EQ(empty, "");
+}
+
 TEST(MpiCommunicatorTest, ZeroCountIsANoOp) {
   std::unique_ptr<MpiCommunicator> comm = NewWorld();
   ASSERT_NE(comm, nullptr);

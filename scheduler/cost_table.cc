@@ -122,8 +122,6 @@ json GridToJson(const std::vector<double>& grid) {
   return out;
 }
 
-// A per-batch-size array of times (the draft split's keys): numbers, each
-// finite; their ranges are checked where they are set.
 // "measured_on": an object of three non-empty strings.
 absl::StatusOr<CostTableOrigin> ParseOrigin(const json& on) {
   if (!on.is_object()) {
@@ -147,6 +145,8 @@ absl::StatusOr<CostTableOrigin> ParseOrigin(const json& on) {
   return origin;
 }
 
+// A per-batch-size array of times (the draft split's keys): numbers, each
+// finite; their ranges are checked where they are set.
 absl::StatusOr<std::vector<double>> PerBatchTimes(const json& array, absl::string_view key) {
   if (!array.is_array()) {
     return absl::InvalidArgumentError(absl::StrCat("cost table: '", key, "' is not an array"));

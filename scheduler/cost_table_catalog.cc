@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace verdict {
@@ -21,10 +22,8 @@ bool Matches(const CostTable& table, const CostTableKey& key) {
 std::string Slug(const std::string& text) {
   std::string out;
   for (const char c : text) {
-    const bool keep = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-    const bool upper = c >= 'A' && c <= 'Z';
-    if (keep || upper) {
-      out.push_back(upper ? static_cast<char>(c - 'A' + 'a') : c);
+    if (absl::ascii_isalnum(c)) {
+      out.push_back(absl::ascii_tolower(c));
     } else if (!out.empty() && out.back() != '-') {
       out.push_back('-');
     }

@@ -68,15 +68,7 @@ absl::StatusOr<std::optional<CostTable>> AutoCostTable(const EngineOptions& opti
                    DescribeCostTableKey(key).c_str(), key.gamma);
     }
   }
-  if (comm.world_size() > 1) {
-    int64_t size = static_cast<int64_t>(bytes.size());
-    if (absl::Status s = comm.Broadcast(&size, 1, DataType::kInt64, 0); !s.ok()) return s;
-    bytes.resize(static_cast<size_t>(size));
-    if (absl::Status s = comm.Broadcast(bytes.data(), bytes.size(), DataType::kUInt8, 0);
-        !s.ok()) {
-      return s;
-    }
-  }
+  if (absl::Status s = BroadcastBytes(comm, &bytes); !s.ok()) return s;
   if (bytes.empty()) return std::optional<CostTable>();
   absl::StatusOr<CostTable> table = CostTable::FromJson(bytes);
   if (!table.ok()) return table.status();

@@ -173,16 +173,8 @@ absl::StatusOr<StepControl> ParseStepControl(std::string_view bytes) {
 absl::Status BroadcastStepControl(Communicator& comm, StepControl* control) {
   if (comm.world_size() == 1) return absl::OkStatus();
   std::string bytes;
-  int64_t size = 0;
-  if (comm.rank() == 0) {
-    bytes = SerializeStepControl(*control);
-    size = static_cast<int64_t>(bytes.size());
-  }
-  if (absl::Status s = comm.Broadcast(&size, 1, DataType::kInt64, 0); !s.ok()) return s;
-  bytes.resize(size);
-  if (absl::Status s = comm.Broadcast(bytes.data(), size, DataType::kUInt8, 0); !s.ok()) {
-    return s;
-  }
+  if (comm.rank() == 0) bytes = SerializeStepControl(*control);
+  if (absl::Status s = BroadcastBytes(comm, &bytes); !s.ok()) return s;
   if (comm.rank() == 0) return absl::OkStatus();
   absl::StatusOr<StepControl> parsed = ParseStepControl(bytes);
   if (!parsed.ok()) return parsed.status();
