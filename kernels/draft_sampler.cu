@@ -1,11 +1,12 @@
 // CUDA kernel of the draft sampler (semantics: kernels/draft_sampler.h;
 // reference: the CPU twin in draft_sampler.cc).
 //
-// One launch for all rows: one CTA per row, or, while there are no more
-// rows than the device holds clusters at once, a cluster of kClusterCtas
-// CTAs per row (below). A row of 152k logits does not fit
-// one SM's shared memory, so each pass reads it again (from L2 while the row
-// is hot) and recomputes z = logit * (1 / T), which costs a multiply:
+// One launch for all rows: a cluster of 8, 4 or 2 CTAs per row (the largest
+// size of which the device holds one cluster per row at once; below), or
+// one CTA per row when the rows are too many for clusters of 2. A row of
+// 152k logits does not fit one SM's shared memory, so each pass reads it
+// again (from L2 while the row is hot) and recomputes z = logit * (1 / T),
+// which costs a multiply:
 //   1. z's maximum, the argmax and the lowest non-finite id;
 //   2. the fixed-point mass of the row, and, when top-k or top-p is on, the
 //      count and mass of the ids within 1, 2, 4, 8, 12 and 16 of the maximum
@@ -63,9 +64,11 @@ __device__ __forceinline__ int Warps() { return static_cast<int>(blockDim.x >> 5
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
 constexpr int32_t kNoId = 0x7FFFFFFF;
 
-// CTAs of a split row's cluster (the portable maximum): a 128k row gives
-// each about 16k ids.
-constexpr int kClusterCtas = 8;
+// The most CTAs of a split row's cluster (the portable maximum): a 128k row
+// gives each about 16k ids. Launches of more rows take clusters of 4 or 2
+// (kDraftMaxCtasPerRow in the header is this value).
+constexpr int kClusterCtas = kDraftMaxCtasPerRow;
+static_assert(kClusterCtas == 8, "the slot arrays below hold a cluster of the portable maximum");
 
 // Shared-memory room for the z values of a "near the top" set (the top-k
 // boundary cases of draft_sampler_gpu_test sit at it): 96 KB of
@@ -354,7 +357,7 @@ struct ClusterTeam {
   int sum_turn = 0;
 
   // Each CTA lists its own slice's candidates, so a set fits when its
-  // largest slice does: the cluster holds kClusterCtas lists.
+  // largest slice does: the cluster holds one list per CTA.
   __device__ bool PartsFit(int j, const Shared& /*s*/, int32_t /*row_size*/) const {
     return x.largest_part[j] <= kCandidateCap;
   }
@@ -934,7 +937,7 @@ struct SplitShared {
 template <typename T>
 __device__ void ExchangeAcrossCluster(cg::cluster_group& cluster, T* mine, T* all) {
   cluster.sync();
-  if (threadIdx.x < kClusterCtas) {
+  if (threadIdx.x < cluster.num_blocks()) {
     all[threadIdx.x] = *cluster.map_shared_rank(mine, static_cast<int>(threadIdx.x));
   }
   __syncthreads();
@@ -945,9 +948,9 @@ __device__ void ExchangeAcrossCluster(cg::cluster_group& cluster, T* mine, T* al
 // and on exchanged values, so all CTAs of the cluster take the same one.
 __device__ uint64_t SampleSplitRow(const KernelArgs& a, int32_t row, cg::cluster_group& cluster,
                                    Shared& s, SplitShared& x) {
-  // The launcher's clusters are kClusterCtas CTAs, the size of the slot arrays.
+  // The launcher's clusters are 2 to kClusterCtas CTAs (the slot arrays' size).
   const int rank = static_cast<int>(cluster.block_rank());
-  constexpr int ctas = kClusterCtas;
+  const int ctas = static_cast<int>(cluster.num_blocks());
   const DraftSampleInputs& in = a.in;
   const float temperature = in.temperatures[row];
   const int32_t top_k = in.top_ks[row];
@@ -1054,7 +1057,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   __shared__ SplitShared x;
   UseCandidateMemory(s);
   cg::cluster_group cluster = cg::this_cluster();
-  const int32_t row = static_cast<int32_t>(blockIdx.x / kClusterCtas);
+  const int32_t row = static_cast<int32_t>(blockIdx.x / cluster.num_blocks());
   const uint64_t error_key = row < a.in.num_rows ? SampleSplitRow(a, row, cluster, s, x) : 0;
   // No CTA leaves while a peer may still read its slots.
   cluster.sync();
@@ -1092,43 +1095,58 @@ absl::Status PrepareKernels() {
   return absl::OkStatus();
 }
 
-// Clusters of the split kernel the current device holds at once (0: none),
-// looked up once per device.
-int SplitClusters() {
-  static std::atomic<int> counts[64];  // clusters + 1; 0: not looked up yet
+// Clusters of `ctas` CTAs of the split kernel the current device holds at
+// once (0: none), for ctas = 2, 4 and 8, looked up together once per device.
+int SplitClusters(int ctas) {
+  constexpr int kSizes = 3;  // clusters of 2 << i CTAs
+  // clusters + 1 per size; 0: not looked up yet.
+  static std::atomic<int> counts[64][kSizes];
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
-  int known = counts[device].load(std::memory_order_relaxed);
-  if (known == 0) {
+  const int size_index = ctas == 2 ? 0 : ctas == 4 ? 1 : ctas == 8 ? 2 : -1;
+  if (size_index < 0) return 0;
+  if (counts[device][size_index].load(std::memory_order_relaxed) == 0) {
     if (!PrepareKernels().ok()) return 0;
-    cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = kClusterCtas;
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.gridDim = dim3(kClusterCtas, 1, 1);
-    config.blockDim = dim3(kMaxThreads, 1, 1);
-    config.dynamicSmemBytes = kCandidateBytes;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, DraftSampleSplitKernel, &config) != cudaSuccess) {
-      (void)cudaGetLastError();  // no clusters here: one CTA per row
-      clusters = 0;
+    for (int i = 0; i < kSizes; ++i) {
+      const unsigned size = 2u << i;
+      cudaLaunchConfig_t config = {};
+      cudaLaunchAttribute attribute[1];
+      attribute[0].id = cudaLaunchAttributeClusterDimension;
+      attribute[0].val.clusterDim.x = size;
+      attribute[0].val.clusterDim.y = 1;
+      attribute[0].val.clusterDim.z = 1;
+      config.gridDim = dim3(size, 1, 1);
+      config.blockDim = dim3(kMaxThreads, 1, 1);
+      config.dynamicSmemBytes = kCandidateBytes;
+      config.attrs = attribute;
+      config.numAttrs = 1;
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, DraftSampleSplitKernel, &config) !=
+          cudaSuccess) {
+        (void)cudaGetLastError();  // no clusters of this size here
+        clusters = 0;
+      }
+      counts[device][i].store(clusters + 1, std::memory_order_relaxed);
     }
-    known = clusters + 1;
-    counts[device].store(known, std::memory_order_relaxed);
   }
-  return known - 1;
+  return counts[device][size_index].load(std::memory_order_relaxed) - 1;
 }
 
 }  // namespace
 
-int DraftSampleSplitRows() { return SplitClusters(); }
+int DraftSampleClusters(int ctas_per_row) { return SplitClusters(ctas_per_row); }
+
+int DraftSampleCtasPerRow(int rows, int max_ctas_per_row) {
+  // The largest cluster of which every row gets one at once: more rows than
+  // that would wait for a second wave, which costs more than smaller slices.
+  for (int ctas = kClusterCtas; ctas >= 2; ctas /= 2) {
+    if (ctas <= max_ctas_per_row && std::max(rows, 1) <= SplitClusters(ctas)) return ctas;
+  }
+  return 1;
+}
 
 absl::Status DraftSampleCuda(const DraftSampleInputs& in, DraftSampleOutputs* out, void* workspace,
-                             cudaStream_t stream, bool split_rows) {
+                             cudaStream_t stream, int max_ctas_per_row) {
   if (absl::Status shape = draft_internal::CheckShape(in, out); !shape.ok()) return shape;
   if (out->error == nullptr || workspace == nullptr) {
     return absl::InvalidArgumentError(
@@ -1142,16 +1160,17 @@ absl::Status DraftSampleCuda(const DraftSampleInputs& in, DraftSampleOutputs* ou
   const int grid_rows = std::max(in.num_rows, 1);
   args.vector_logits = in.vocab_size % 4 == 0 && Aligned16(in.logits);
   args.vector_probs = in.vocab_size % 4 == 0 && Aligned16(out->probs);
-  if (split_rows && grid_rows <= SplitClusters()) {
-    // Few rows (a decode step's drafts at low concurrency): each row's
-    // passes spread over a cluster of SMs instead of one.
+  const int ctas = DraftSampleCtasPerRow(grid_rows, max_ctas_per_row);
+  if (ctas > 1) {
+    // Rows that leave SMs idle (a decode step's drafts below a few dozen
+    // requests): each row's passes spread over a cluster of SMs instead of one.
     cudaLaunchConfig_t config = {};
     cudaLaunchAttribute attribute[1];
     attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = kClusterCtas;
+    attribute[0].val.clusterDim.x = static_cast<unsigned>(ctas);
     attribute[0].val.clusterDim.y = 1;
     attribute[0].val.clusterDim.z = 1;
-    config.gridDim = dim3(static_cast<unsigned>(grid_rows * kClusterCtas), 1, 1);
+    config.gridDim = dim3(static_cast<unsigned>(grid_rows * ctas), 1, 1);
     config.blockDim = dim3(kMaxThreads, 1, 1);
     config.dynamicSmemBytes = kCandidateBytes;
     config.stream = stream;

@@ -93,18 +93,24 @@ inline constexpr int64_t kDraftSampleWorkspaceBytes = 16;
 // the rows' contents land in outputs->error: read it with
 // ReadDraftSampleError, or copy it with the step's other results.
 //
-// While there are no more rows than DraftSampleSplitRows(), each row's
-// passes (top-k, top-p and min-p included) run on a cluster of CTAs instead
-// of one:
-// the same bits, sooner (docs/PERF.md, draft sampler). `split_rows` false
-// keeps one CTA per row (benchmarks and tests compare the two).
+// Each row's passes (top-k, top-p and min-p included) run on a cluster of
+// DraftSampleCtasPerRow(rows, max_ctas_per_row) CTAs: the same bits as one
+// CTA, sooner (docs/PERF.md, draft sampler). `max_ctas_per_row` 1 keeps one
+// CTA per row (benchmarks and tests compare the sizes).
+inline constexpr int kDraftMaxCtasPerRow = 8;
 absl::Status DraftSampleCuda(const DraftSampleInputs& inputs, DraftSampleOutputs* outputs,
-                             void* workspace, cudaStream_t stream, bool split_rows = true);
+                             void* workspace, cudaStream_t stream,
+                             int max_ctas_per_row = kDraftMaxCtasPerRow);
 
-// The most rows a launch on the current device splits over clusters: the
-// clusters it holds at once (0 where it has none). Looked up once per device;
-// call it before capturing launches into a CUDA graph.
-int DraftSampleSplitRows();
+// The CTAs per row of a launch of `rows` rows on the current device: the
+// largest cluster size (8, 4 or 2, at most `max_ctas_per_row`) of which the
+// device holds `rows` clusters at once, else 1. The occupancy is looked up
+// once per device: call it before capturing launches into a CUDA graph.
+int DraftSampleCtasPerRow(int rows, int max_ctas_per_row = kDraftMaxCtasPerRow);
+
+// Clusters of `ctas_per_row` CTAs (2, 4 or 8) the current device holds at
+// once (0 where it has none, or for another size).
+int DraftSampleClusters(int ctas_per_row);
 
 // Copies the launch's error record to the host (synchronising `stream`) and
 // turns it into a Status, the same as DraftSampleCpu's for the same inputs.

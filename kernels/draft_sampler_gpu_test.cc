@@ -194,9 +194,10 @@ Result RunOnCpu(const Batch& b) {
   return r;
 }
 
-// `offset` shifts the device logits and p by that many floats; `split_rows`
-// is the launcher's (false: one CTA per row).
-Result RunOnGpu(const Batch& b, Workspace& workspace, size_t offset = 0, bool split_rows = true) {
+// `offset` shifts the device logits and p by that many floats;
+// `max_ctas_per_row` is the launcher's (1: one CTA per row).
+Result RunOnGpu(const Batch& b, Workspace& workspace, size_t offset = 0,
+                int max_ctas_per_row = kDraftMaxCtasPerRow) {
   const size_t cells = static_cast<size_t>(b.rows()) * b.vocab;
   DeviceArray<float> logits(b.logits, offset);
   DeviceArray<float> temperatures(b.temperatures);
@@ -219,7 +220,7 @@ Result RunOnGpu(const Batch& b, Workspace& workspace, size_t offset = 0, bool sp
                              min_ps.get()};
   DraftSampleOutputs out{tokens.get(), probs.get(), signals.get(), error.get()};
   Result r;
-  r.status = DraftSampleCuda(in, &out, workspace.get(), nullptr, split_rows);
+  r.status = DraftSampleCuda(in, &out, workspace.get(), nullptr, max_ctas_per_row);
   if (r.status.ok()) r.status = ReadDraftSampleError(out, nullptr);
   CheckCuda(cudaDeviceSynchronize(), "kernel");
   r.tokens = tokens.Download();
@@ -239,12 +240,12 @@ std::string Describe(const Batch& b, int32_t row) {
 
 // Tokens, p and signals bit for bit; at most one failure message per row.
 void ExpectParity(const Batch& b, const std::string& name, size_t offset = 0,
-                  bool split_rows = true) {
+                  int max_ctas_per_row = kDraftMaxCtasPerRow) {
   SCOPED_TRACE(name);
   const Result cpu = RunOnCpu(b);
   ASSERT_TRUE(cpu.status.ok()) << cpu.status;
   Workspace workspace;
-  const Result gpu = RunOnGpu(b, workspace, offset, split_rows);
+  const Result gpu = RunOnGpu(b, workspace, offset, max_ctas_per_row);
   ASSERT_TRUE(gpu.status.ok()) << gpu.status;
   int bad_rows = 0;
   for (int32_t row = 0; row < b.rows(); ++row) {
@@ -296,51 +297,105 @@ TEST(DraftSamplerGpuTest, LargeVocabularies) {
   }
 }
 
-// A launch of at most DraftSampleSplitRows() rows spreads each row over a
-// cluster. Vocabularies smaller than a cluster leave some CTAs an empty
-// slice. Each batch also runs with one CTA per row, and the row counts
-// straddle the split limit.
+// The cluster sizes the H200 holds one of per row at once, largest first.
+std::vector<int> ClusterSizes() {
+  std::vector<int> sizes;
+  for (const int ctas : {8, 4, 2}) {
+    if (DraftSampleClusters(ctas) > 0) sizes.push_back(ctas);
+  }
+  return sizes;
+}
+
+// The launcher takes the largest cluster of which every row gets one at
+// once, within the caller's limit, and one CTA per row past clusters of 2.
+TEST(DraftSamplerGpuTest, ClusterSizeFollowsTheRows) {
+  const int eights = DraftSampleClusters(8);
+  const int fours = DraftSampleClusters(4);
+  const int twos = DraftSampleClusters(2);
+  ASSERT_GE(eights, 8) << "an H200 holds at least 8 clusters of 8 CTAs of the split kernel";
+  // Smaller clusters pack more rows (a cluster of 8 needs 8 SMs of one GPC).
+  EXPECT_GT(fours, eights);
+  EXPECT_GT(twos, fours);
+  EXPECT_EQ(DraftSampleClusters(1), 0);
+  EXPECT_EQ(DraftSampleClusters(3), 0);
+  EXPECT_EQ(DraftSampleClusters(16), 0);
+  EXPECT_EQ(DraftSampleCtasPerRow(0), 8);
+  EXPECT_EQ(DraftSampleCtasPerRow(1), 8);
+  EXPECT_EQ(DraftSampleCtasPerRow(eights), 8);
+  EXPECT_EQ(DraftSampleCtasPerRow(eights + 1), 4);
+  EXPECT_EQ(DraftSampleCtasPerRow(fours), 4);
+  EXPECT_EQ(DraftSampleCtasPerRow(fours + 1), 2);
+  EXPECT_EQ(DraftSampleCtasPerRow(twos), 2);
+  EXPECT_EQ(DraftSampleCtasPerRow(twos + 1), 1);
+  EXPECT_EQ(DraftSampleCtasPerRow(1, 1), 1);
+  EXPECT_EQ(DraftSampleCtasPerRow(1, 4), 4);
+  EXPECT_EQ(DraftSampleCtasPerRow(1, 3), 2);
+  EXPECT_EQ(DraftSampleCtasPerRow(fours, 8), 4);
+}
+
+// Launches of few rows spread each row over a cluster of every size.
+// Vocabularies smaller than a cluster leave some CTAs an empty slice. Each
+// batch also runs with one CTA per row, and the row counts straddle each
+// size's limit (one row more takes the next smaller size).
 TEST(DraftSamplerGpuTest, FewRowsSplitOverClusters) {
-  const int split_rows = DraftSampleSplitRows();
-  ASSERT_GE(split_rows, 8) << "an H200 holds at least 8 clusters of the split kernel";
   const std::vector<RowParams> params = {
       {0.0f, 0, 1.0f},  {0.5f, 0, 1.0f}, {1.0f, 0, 1.0f},  {1.3f, 0, 1.0f},
       {0.0f, 20, 0.9f}, {0.8f, 0, 1.0f}, {1.0f, 50, 1.0f}, {0.7f, 0, 0.9f},
   };
   uint64_t salt = 800;
-  for (const int32_t vocab : {1, 7, 33, 1003, 32000, 128256, 151936}) {
-    for (const int32_t rows : {1, 4, split_rows, split_rows + 1}) {
-      for (const LogitShape shape : {LogitShape::kPeaked, LogitShape::kFlat, LogitShape::kTied}) {
-        const Batch b = RandomBatch(vocab, rows, shape, salt++, params);
-        const std::string name =
-            std::to_string(rows) + " rows, " + std::to_string(vocab) + " " + ShapeName(shape);
-        ExpectParity(b, name);
-        ExpectParity(b, name + ", one CTA per row", 0, /*split_rows=*/false);
+  ASSERT_EQ(ClusterSizes().size(), 3u);
+  for (const int ctas : ClusterSizes()) {
+    const int clusters = DraftSampleClusters(ctas);
+    for (const int32_t vocab : {1, 7, 33, 1003, 32000, 128256, 151936}) {
+      for (const int32_t rows : {1, 4, clusters, clusters + 1}) {
+        if (rows <= clusters) {
+          ASSERT_EQ(DraftSampleCtasPerRow(rows, ctas), ctas);
+        } else {
+          ASSERT_LT(DraftSampleCtasPerRow(rows, ctas), ctas);
+        }
+        for (const LogitShape shape :
+             {LogitShape::kPeaked, LogitShape::kFlat, LogitShape::kTied}) {
+          const Batch b = RandomBatch(vocab, rows, shape, salt++, params);
+          const std::string name = std::to_string(rows) + " rows, clusters of " +
+                                   std::to_string(ctas) + ", " + std::to_string(vocab) + " " +
+                                   ShapeName(shape);
+          ExpectParity(b, name, 0, ctas);
+          if (ctas == 8) ExpectParity(b, name + ", one CTA per row", 0, 1);
+        }
       }
     }
+    // Row starts off the 16-byte grid: scalar loads and stores.
+    ExpectParity(RandomBatch(128256, 3, LogitShape::kPeaked, salt++, params),
+                 "3 offset rows, clusters of " + std::to_string(ctas), 1, ctas);
+    ExpectParity(RandomBatch(4097, 5, LogitShape::kTied, salt++, params),
+                 "5 offset tied rows, clusters of " + std::to_string(ctas), 3, ctas);
   }
-  // Row starts off the 16-byte grid: scalar loads and stores.
-  ExpectParity(RandomBatch(128256, 3, LogitShape::kPeaked, 900, params), "3 offset rows", 1);
-  ExpectParity(RandomBatch(4097, 5, LogitShape::kTied, 901, params), "5 offset tied rows", 3);
 }
 
-// Every parameter combination on split rows: top-k, top-p and min-p
-// thresholds from the slices' candidates and the cluster's histograms.
+// Every parameter combination on split rows of every cluster size: top-k,
+// top-p and min-p thresholds from the slices' candidates and the cluster's
+// histograms.
 TEST(DraftSamplerGpuTest, FilteredRowsSplitOverClusters) {
-  const int split_rows = DraftSampleSplitRows();
-  ASSERT_GE(split_rows, 8);
+  ASSERT_EQ(ClusterSizes().size(), 3u);
   uint64_t salt = 1000;
-  for (const int32_t vocab : {1003, 32000, 128256, 151936}) {
-    const std::vector<RowParams> all = ParameterCombinations(vocab);
-    for (const LogitShape shape : {LogitShape::kPeaked, LogitShape::kFlat, LogitShape::kTied}) {
-      for (size_t first = 0; first < all.size(); first += split_rows) {
-        const size_t last = std::min(all.size(), first + split_rows);
-        const std::vector<RowParams> params(all.begin() + first, all.begin() + last);
-        const Batch b = RandomBatch(vocab, static_cast<int32_t>(params.size()), shape, salt++,
-                                    params);
-        ExpectParity(b, std::to_string(params.size()) + " split rows from combination " +
-                            std::to_string(first) + ", " + std::to_string(vocab) + " " +
-                            ShapeName(shape));
+  for (const int ctas : ClusterSizes()) {
+    const size_t batch_rows = static_cast<size_t>(DraftSampleClusters(ctas));
+    for (const int32_t vocab : {1003, 32000, 128256, 151936}) {
+      const std::vector<RowParams> all = ParameterCombinations(vocab);
+      for (const LogitShape shape :
+           {LogitShape::kPeaked, LogitShape::kFlat, LogitShape::kTied}) {
+        for (size_t first = 0; first < all.size(); first += batch_rows) {
+          const size_t last = std::min(all.size(), first + batch_rows);
+          const std::vector<RowParams> params(all.begin() + first, all.begin() + last);
+          const int32_t rows = static_cast<int32_t>(params.size());
+          ASSERT_EQ(DraftSampleCtasPerRow(rows, ctas), ctas);
+          const Batch b = RandomBatch(vocab, rows, shape, salt++, params);
+          ExpectParity(b,
+                       std::to_string(rows) + " rows in clusters of " + std::to_string(ctas) +
+                           " from combination " + std::to_string(first) + ", " +
+                           std::to_string(vocab) + " " + ShapeName(shape),
+                       0, ctas);
+        }
       }
     }
   }
@@ -372,22 +427,25 @@ TEST(DraftSamplerGpuTest, ThresholdsOnTheWholeRow) {
                  std::to_string(vocab) + " flat, whole-row thresholds");
     ExpectParity(RandomBatch(vocab, 20, LogitShape::kTied, 500 + vocab, params),
                  std::to_string(vocab) + " tied, whole-row thresholds");
-    // As many rows as there are parameter sets: split over clusters.
+    // As many rows as there are parameter sets: split over clusters of each size.
     const int32_t rows = static_cast<int32_t>(params.size());
-    ASSERT_LE(rows, DraftSampleSplitRows());
-    ExpectParity(RandomBatch(vocab, rows, LogitShape::kFlat, 600 + vocab, params),
-                 std::to_string(vocab) + " flat, whole-row thresholds on split rows");
-    ExpectParity(RandomBatch(vocab, rows, LogitShape::kTied, 700 + vocab, params),
-                 std::to_string(vocab) + " tied, whole-row thresholds on split rows");
+    for (const int ctas : ClusterSizes()) {
+      ASSERT_EQ(DraftSampleCtasPerRow(rows, ctas), ctas);
+      const std::string split = " on rows split over clusters of " + std::to_string(ctas);
+      ExpectParity(RandomBatch(vocab, rows, LogitShape::kFlat, 600 + vocab + ctas, params),
+                   std::to_string(vocab) + " flat, whole-row thresholds" + split, 0, ctas);
+      ExpectParity(RandomBatch(vocab, rows, LogitShape::kTied, 700 + vocab + ctas, params),
+                   std::to_string(vocab) + " tied, whole-row thresholds" + split, 0, ctas);
+    }
   }
 }
 
 TEST(DraftSamplerGpuTest, ErrorsMatchTheCpuTwin) {
   const std::vector<RowParams> params = ParameterCombinations(300);
   const auto check = [&](const std::string& what, int32_t expected_row, auto corrupt) {
-    // 8 rows split over clusters (see FewRowsSplitOverClusters), 40 one CTA
-    // per row.
-    for (const int32_t rows : {8, 40}) {
+    // 8 rows split over clusters of 8, 40 over clusters of 2 or 4 (see
+    // ClusterSizeFollowsTheRows), 200 one CTA per row.
+    for (const int32_t rows : {8, 40, 200}) {
       Batch b = RandomBatch(300, rows, LogitShape::kPeaked, 600, params);
       corrupt(b);
       const Result cpu = RunOnCpu(b);

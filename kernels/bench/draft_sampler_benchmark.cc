@@ -73,18 +73,18 @@ T* Upload(const std::vector<T>& host) {
 
 // Median microseconds per launch of `rows` rows.
 double TimeLaunches(const DraftSampleInputs& in, DraftSampleOutputs out, void* workspace,
-                    cudaStream_t stream, bool split_rows) {
+                    cudaStream_t stream, int max_ctas_per_row) {
   const int launches = absl::GetFlag(FLAGS_launches);
   cudaEvent_t start, stop;
   BENCH_CUDA(cudaEventCreate(&start));
   BENCH_CUDA(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) BENCH_CHECK(DraftSampleCuda(in, &out, workspace, stream, split_rows));
+  for (int i = 0; i < 3; ++i) BENCH_CHECK(DraftSampleCuda(in, &out, workspace, stream, max_ctas_per_row));
   BENCH_CHECK(ReadDraftSampleError(out, stream));  // the inputs are valid
   std::vector<double> us;
   for (int r = 0; r < absl::GetFlag(FLAGS_repeats); ++r) {
     BENCH_CUDA(cudaEventRecord(start, stream));
     for (int i = 0; i < launches; ++i)
-      BENCH_CHECK(DraftSampleCuda(in, &out, workspace, stream, split_rows));
+      BENCH_CHECK(DraftSampleCuda(in, &out, workspace, stream, max_ctas_per_row));
     BENCH_CUDA(cudaEventRecord(stop, stream));
     BENCH_CUDA(cudaEventSynchronize(stop));
     float ms = 0;
@@ -112,10 +112,10 @@ void Run() {
   DraftErrorRecord* error = Allocate<DraftErrorRecord>(1);
 
   nlohmann::json results = nlohmann::json::array();
-  // Each size twice in one run: one CTA per row (the previous kernel), and
-  // the launcher's choice (rows split over clusters while they are few).
-  std::printf("%-8s %-6s %-24s %14s %14s %10s\n", "vocab", "rows", "setting", "us one-CTA",
-              "us launcher", "GB/s");
+  // Each size twice in one run: one CTA per row, and the launcher's choice
+  // (rows split over clusters of 8, 4 or 2 CTAs while they are few).
+  std::printf("%-8s %-6s %-24s %14s %14s %5s %10s\n", "vocab", "rows", "setting", "us one-CTA",
+              "us launcher", "ctas", "GB/s");
   for (const int vocab : vocabs) {
     std::mt19937_64 gen(vocab);
     std::normal_distribution<float> normal(0.0f, 3.0f);
@@ -141,12 +141,13 @@ void Run() {
       for (const int rows : row_counts) {
         const DraftSampleInputs in{rows, vocab, d_logits, d_t, d_k, d_p, d_seeds, d_positions, d_m};
         const DraftSampleOutputs out{d_tokens, d_probs, d_signals, error};
-        const double one_cta_us = TimeLaunches(in, out, workspace, stream, false);
-        const double us = TimeLaunches(in, out, workspace, stream, true);
+        const double one_cta_us = TimeLaunches(in, out, workspace, stream, 1);
+        const double us = TimeLaunches(in, out, workspace, stream, kDraftMaxCtasPerRow);
+        const int ctas = DraftSampleCtasPerRow(rows);
         const double bytes = 8.0 * rows * vocab;
         const double gbps = bytes / (us * 1e3);
-        std::printf("%-8d %-6d %-24s %14.1f %14.1f %10.0f\n", vocab, rows, setting.name, one_cta_us,
-                    us, gbps);
+        std::printf("%-8d %-6d %-24s %14.1f %14.1f %5d %10.0f\n", vocab, rows, setting.name,
+                    one_cta_us, us, ctas, gbps);
         results.push_back({{"vocab", vocab},
                            {"rows", rows},
                            {"setting", setting.name},
@@ -155,12 +156,14 @@ void Run() {
                            {"top_p", setting.top_p},
                            {"us_per_launch", us},
                            {"one_cta_per_row_us", one_cta_us},
+                           {"ctas_per_row", ctas},
                            {"min_bytes", bytes},
                            {"gbps", gbps}});
       }
       BENCH_CUDA(cudaFree(d_t));
       BENCH_CUDA(cudaFree(d_k));
       BENCH_CUDA(cudaFree(d_p));
+      BENCH_CUDA(cudaFree(d_m));
     }
     for (void* p : {static_cast<void*>(d_logits), static_cast<void*>(d_probs),
                     static_cast<void*>(d_tokens), static_cast<void*>(d_signals),

@@ -118,7 +118,7 @@ absl::StatusOr<std::unique_ptr<DeviceSampling>> DeviceSampling::Create(int vocab
       cudaMemset(s->impl_->draft_workspace.as<void>(), 0, kDraftSampleWorkspaceBytes));
   // The launcher's occupancy lookup, done here rather than in a pass that a
   // CUDA graph may capture.
-  (void)DraftSampleSplitRows();
+  (void)DraftSampleCtasPerRow(1);
   return s;
 }
 
