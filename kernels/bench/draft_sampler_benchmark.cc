@@ -78,7 +78,9 @@ double TimeLaunches(const DraftSampleInputs& in, DraftSampleOutputs out, void* w
   cudaEvent_t start, stop;
   BENCH_CUDA(cudaEventCreate(&start));
   BENCH_CUDA(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) BENCH_CHECK(DraftSampleCuda(in, &out, workspace, stream, max_ctas_per_row));
+  for (int i = 0; i < 3; ++i) {
+    BENCH_CHECK(DraftSampleCuda(in, &out, workspace, stream, max_ctas_per_row));
+  }
   BENCH_CHECK(ReadDraftSampleError(out, stream));  // the inputs are valid
   std::vector<double> us;
   for (int r = 0; r < absl::GetFlag(FLAGS_repeats); ++r) {
