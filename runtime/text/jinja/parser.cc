@@ -140,10 +140,49 @@ class Parser {
     return e;
   }
 
+  std::string TooDeep() const {
+    return absl::StrCat("the template nests deeper than ", kMaxNesting, " levels");
+  }
+  // Appends `child` (may be null) to parent's arguments; the parse fails
+  // when that makes the tree deeper than kMaxNesting, and the loops that
+  // build chains (a + b + ..., a.b.c..., x | f | g ...) stop there.
+  void Adopt(Expr* parent, ExprPtr child) {
+    if (child != nullptr && child->depth >= parent->depth) {
+      parent->depth = child->depth + 1;
+      if (parent->depth > kMaxNesting) Fail(parent->line, TooDeep());
+    }
+    parent->args.push_back(std::move(child));
+  }
+  void Adopt(const ExprPtr& parent, ExprPtr child) { Adopt(parent.get(), std::move(child)); }
+  void AdoptKeyword(Expr* parent, std::string key, ExprPtr value) {
+    if (value != nullptr && value->depth >= parent->depth) {
+      parent->depth = value->depth + 1;
+      if (parent->depth > kMaxNesting) Fail(parent->line, TooDeep());
+    }
+    parent->kwargs.emplace_back(std::move(key), std::move(value));
+  }
+
+  // One level of the parser's recursion for its scope (a block's body, an
+  // expression inside another, a unary operator or an else branch); past
+  // kMaxNesting the parse fails, before the stack runs out.
+  class Nested {
+   public:
+    explicit Nested(Parser& parser) : parser_(parser) {
+      if (++parser_.nesting_ > kMaxNesting) parser_.Fail(parser_.Peek().line, parser_.TooDeep());
+    }
+    ~Nested() { --parser_.nesting_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    Parser& parser_;
+  };
+
   // Statements up to a `{% name %}` with name in `ends` (left unconsumed),
   // or to the end of the template when `ends` is empty.
   Body ParseBody(const std::set<std::string>& ends) {
     Body body;
+    const Nested level(*this);
     while (!Failed()) {
       const Token& token = Peek();
       if (token.kind == TokenKind::kEnd) {
@@ -332,7 +371,7 @@ class Parser {
         Next();
         auto target = MakeExpr(Expr::Kind::kAttribute, token.line);
         target->name = attr.text;
-        target->args.push_back(std::move(name));
+        Adopt(target, std::move(name));
         return target;
       }
       names.push_back(std::move(name));
@@ -416,7 +455,7 @@ class Parser {
   // `| f(args) | g` applied to `subject` (null: the body of a block).
   ExprPtr ParseFilterChain(ExprPtr subject, bool leading_pipe = true) {
     bool first = true;
-    while ((first && !leading_pipe) || IsOp("|")) {
+    while (!Failed() && ((first && !leading_pipe) || IsOp("|"))) {
       if (!(first && !leading_pipe)) Next();
       first = false;
       subject = ParseFilter(std::move(subject));
@@ -434,7 +473,7 @@ class Parser {
     }
     auto filter = MakeExpr(Expr::Kind::kFilter, name.line);
     filter->name = name.text;
-    filter->args.push_back(std::move(subject));
+    Adopt(filter, std::move(subject));
     if (IsOp("(") && !ParseCallArgs(filter.get())) return nullptr;
     return filter;
   }
@@ -456,7 +495,7 @@ class Parser {
         Next();  // =
         ExprPtr value = ParseExpression(true);
         if (value == nullptr) return false;
-        e->kwargs.emplace_back(std::move(key), std::move(value));
+        AdoptKeyword(e, std::move(key), std::move(value));
       } else {
         if (!e->kwargs.empty()) {
           Fail(Peek().line, "positional argument after keyword argument");
@@ -464,7 +503,7 @@ class Parser {
         }
         ExprPtr value = ParseExpression(true);
         if (value == nullptr) return false;
-        e->args.push_back(std::move(value));
+        Adopt(e, std::move(value));
       }
     }
     Next();  // )
@@ -477,13 +516,13 @@ class Parser {
     ExprPtr first = ParseExpression(with_condition);
     if (first == nullptr || !IsOp(",")) return first;
     auto tuple = MakeExpr(Expr::Kind::kTuple, line);
-    tuple->args.push_back(std::move(first));
+    Adopt(tuple, std::move(first));
     while (IsOp(",")) {
       Next();
       if (!StartsExpression()) break;
       ExprPtr item = ParseExpression(with_condition);
       if (item == nullptr) return nullptr;
-      tuple->args.push_back(std::move(item));
+      Adopt(tuple, std::move(item));
     }
     return tuple;
   }
@@ -504,25 +543,29 @@ class Parser {
   }
 
   ExprPtr ParseExpression(bool with_condition) {
+    const Nested level(*this);
+    if (Failed()) return nullptr;
     return with_condition ? ParseCondition() : ParseOr();
   }
 
   ExprPtr ParseCondition() {
     ExprPtr expr = ParseOr();
-    while (expr != nullptr && IsName("if")) {
+    while (expr != nullptr && !Failed() && IsName("if")) {
       const int line = Next().line;
       ExprPtr test = ParseOr();
       if (test == nullptr) return nullptr;
       ExprPtr otherwise;
       if (IsName("else")) {
         Next();
+        const Nested level(*this);
+        if (Failed()) return nullptr;
         otherwise = ParseCondition();
         if (otherwise == nullptr) return nullptr;
       }
       auto cond = MakeExpr(Expr::Kind::kCondition, line);
-      cond->args.push_back(std::move(expr));
-      cond->args.push_back(std::move(test));
-      cond->args.push_back(std::move(otherwise));
+      Adopt(cond, std::move(expr));
+      Adopt(cond, std::move(test));
+      Adopt(cond, std::move(otherwise));
       expr = std::move(cond);
     }
     return expr;
@@ -531,14 +574,15 @@ class Parser {
   ExprPtr Binary(const std::string& op, ExprPtr left, ExprPtr right, int line) {
     auto e = MakeExpr(Expr::Kind::kBinary, line);
     e->name = op;
-    e->args.push_back(std::move(left));
-    e->args.push_back(std::move(right));
+    Adopt(e, std::move(left));
+    Adopt(e, std::move(right));
+    if (Failed()) return nullptr;
     return e;
   }
 
   ExprPtr ParseOr() {
     ExprPtr left = ParseAnd();
-    while (left != nullptr && IsName("or")) {
+    while (left != nullptr && !Failed() && IsName("or")) {
       const int line = Next().line;
       ExprPtr right = ParseAnd();
       if (right == nullptr) return nullptr;
@@ -549,7 +593,7 @@ class Parser {
 
   ExprPtr ParseAnd() {
     ExprPtr left = ParseNot();
-    while (left != nullptr && IsName("and")) {
+    while (left != nullptr && !Failed() && IsName("and")) {
       const int line = Next().line;
       ExprPtr right = ParseNot();
       if (right == nullptr) return nullptr;
@@ -561,11 +605,13 @@ class Parser {
   ExprPtr ParseNot() {
     if (IsName("not")) {
       const int line = Next().line;
+      const Nested level(*this);
+      if (Failed()) return nullptr;
       ExprPtr operand = ParseNot();
       if (operand == nullptr) return nullptr;
       auto e = MakeExpr(Expr::Kind::kUnary, line);
       e->name = "not";
-      e->args.push_back(std::move(operand));
+      Adopt(e, std::move(operand));
       return e;
     }
     return ParseCompare();
@@ -596,17 +642,17 @@ class Parser {
       if (operand == nullptr) return nullptr;
       if (compare == nullptr) {
         compare = MakeExpr(Expr::Kind::kCompare, line);
-        compare->args.push_back(std::move(first));
+        Adopt(compare, std::move(first));
       }
       compare->ops.push_back(op);
-      compare->args.push_back(std::move(operand));
+      Adopt(compare, std::move(operand));
     }
     return compare != nullptr ? std::move(compare) : std::move(first);
   }
 
   ExprPtr ParseMath1() {
     ExprPtr left = ParseConcat();
-    while (left != nullptr && (IsOp("+") || IsOp("-"))) {
+    while (left != nullptr && !Failed() && (IsOp("+") || IsOp("-"))) {
       const Token& op = Next();
       ExprPtr right = ParseConcat();
       if (right == nullptr) return nullptr;
@@ -617,7 +663,7 @@ class Parser {
 
   ExprPtr ParseConcat() {
     ExprPtr left = ParseMath2();
-    while (left != nullptr && IsOp("~")) {
+    while (left != nullptr && !Failed() && IsOp("~")) {
       const int line = Next().line;
       ExprPtr right = ParseMath2();
       if (right == nullptr) return nullptr;
@@ -628,7 +674,7 @@ class Parser {
 
   ExprPtr ParseMath2() {
     ExprPtr left = ParsePow();
-    while (left != nullptr && (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%"))) {
+    while (left != nullptr && !Failed() && (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%"))) {
       const Token& op = Next();
       ExprPtr right = ParsePow();
       if (right == nullptr) return nullptr;
@@ -639,7 +685,7 @@ class Parser {
 
   ExprPtr ParsePow() {
     ExprPtr left = ParseUnary(true);
-    while (left != nullptr && IsOp("**")) {
+    while (left != nullptr && !Failed() && IsOp("**")) {
       const int line = Next().line;
       ExprPtr right = ParseUnary(true);
       if (right == nullptr) return nullptr;
@@ -652,11 +698,13 @@ class Parser {
     ExprPtr node;
     if (IsOp("-") || IsOp("+")) {
       const Token& op = Next();
+      const Nested level(*this);
+      if (Failed()) return nullptr;
       ExprPtr operand = ParseUnary(false);
       if (operand == nullptr) return nullptr;
       node = MakeExpr(Expr::Kind::kUnary, op.line);
       node->name = op.text;
-      node->args.push_back(std::move(operand));
+      Adopt(node, std::move(operand));
     } else {
       node = ParsePrimary();
     }
@@ -730,13 +778,13 @@ class Parser {
       return first;
     }
     auto tuple = MakeExpr(Expr::Kind::kTuple, line);
-    tuple->args.push_back(std::move(first));
+    Adopt(tuple, std::move(first));
     while (IsOp(",")) {
       Next();
       if (IsOp(")")) break;
       ExprPtr item = ParseExpression(true);
       if (item == nullptr) return nullptr;
-      tuple->args.push_back(std::move(item));
+      Adopt(tuple, std::move(item));
     }
     if (!ExpectOp(")")) return nullptr;
     return tuple;
@@ -749,7 +797,7 @@ class Parser {
       if (IsOp("]")) break;
       ExprPtr item = ParseExpression(true);
       if (item == nullptr) return nullptr;
-      list->args.push_back(std::move(item));
+      Adopt(list, std::move(item));
     }
     Next();
     return list;
@@ -764,15 +812,15 @@ class Parser {
       if (key == nullptr || !ExpectOp(":")) return nullptr;
       ExprPtr value = ParseExpression(true);
       if (value == nullptr) return nullptr;
-      dict->args.push_back(std::move(key));
-      dict->args.push_back(std::move(value));
+      Adopt(dict, std::move(key));
+      Adopt(dict, std::move(value));
     }
     Next();
     return dict;
   }
 
   ExprPtr ParsePostfix(ExprPtr node) {
-    while (node != nullptr) {
+    while (node != nullptr && !Failed()) {
       if (IsOp(".")) {
         const int line = Next().line;
         const Token& attr = Peek();
@@ -780,15 +828,15 @@ class Parser {
           Next();
           auto e = MakeExpr(Expr::Kind::kAttribute, line);
           e->name = attr.text;
-          e->args.push_back(std::move(node));
+          Adopt(e, std::move(node));
           node = std::move(e);
         } else if (attr.kind == TokenKind::kInteger) {
           Next();
           auto index = MakeExpr(Expr::Kind::kLiteral, line);
           index->literal = Value(attr.int_value);
           auto e = MakeExpr(Expr::Kind::kItem, line);
-          e->args.push_back(std::move(node));
-          e->args.push_back(std::move(index));
+          Adopt(e, std::move(node));
+          Adopt(e, std::move(index));
           node = std::move(e);
         } else {
           return Fail(attr.line, "expected an attribute name after '.'");
@@ -824,11 +872,11 @@ class Parser {
     Next();  // ]
     if (!is_slice && bounds[0] == nullptr) return Fail(line, "empty subscript");
     auto e = MakeExpr(is_slice ? Expr::Kind::kSlice : Expr::Kind::kItem, line);
-    e->args.push_back(std::move(subject));
+    Adopt(e, std::move(subject));
     if (is_slice) {
-      for (ExprPtr& b : bounds) e->args.push_back(std::move(b));
+      for (ExprPtr& b : bounds) Adopt(e, std::move(b));
     } else {
-      e->args.push_back(std::move(bounds[0]));
+      Adopt(e, std::move(bounds[0]));
     }
     return e;
   }
@@ -840,13 +888,13 @@ class Parser {
     }
     if (callee->kind == Expr::Kind::kName) called_.emplace_back(callee->name, line);
     auto call = MakeExpr(Expr::Kind::kCall, line);
-    call->args.push_back(std::move(callee));
+    Adopt(call, std::move(callee));
     if (!ParseCallArgs(call.get())) return nullptr;
     return call;
   }
 
   ExprPtr ParseFilterExpr(ExprPtr node) {
-    while (node != nullptr) {
+    while (node != nullptr && !Failed()) {
       if (IsOp("|")) {
         Next();
         node = ParseFilter(std::move(node));
@@ -878,14 +926,14 @@ class Parser {
     auto test = MakeExpr(Expr::Kind::kTest, line);
     test->name = name;
     test->negated = negated;
-    test->args.push_back(std::move(subject));
+    Adopt(test, std::move(subject));
     if (IsOp("(")) {
       if (!ParseCallArgs(test.get())) return nullptr;
     } else if (StartsTestArgument()) {
       if (IsName("is")) return Fail(Peek().line, "tests cannot be chained with 'is'");
       ExprPtr arg = ParsePostfix(ParsePrimary());
       if (arg == nullptr) return nullptr;
-      test->args.push_back(std::move(arg));
+      Adopt(test, std::move(arg));
     }
     return test;
   }
@@ -908,6 +956,7 @@ class Parser {
   const std::vector<Token>& t_;
   size_t i_ = 0;
   int loop_depth_ = 0;
+  int nesting_ = 0;  // Nested levels open
   absl::Status error_;
   std::vector<std::pair<std::string, int>> called_;
   absl::flat_hash_set<std::string> bound_;

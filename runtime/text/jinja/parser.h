@@ -17,6 +17,13 @@
 
 namespace verdict::jinja {
 
+// How deep a template may nest: blocks inside blocks, expressions inside
+// expressions (parentheses, operators, filters, attribute chains). Deeper
+// templates are refused while parsing, so that neither the parser, the
+// renderer nor a tree's destructor recurses without bound (a 5 KB template
+// of unary operators overflowed the stack). Chat templates nest a few levels.
+inline constexpr int kMaxNesting = 128;
+
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
@@ -46,6 +53,9 @@ struct Expr {
   std::vector<ExprPtr> args;  // entries may be null where noted
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;
+  // Levels of the tree from this node down (1: no arguments); the parser
+  // refuses a tree deeper than kMaxNesting.
+  int depth = 1;
 };
 
 struct Node;

@@ -1,6 +1,9 @@
 #include "runtime/text/jinja/parser.h"
 
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -98,6 +101,52 @@ TEST(ParserTest, UnsupportedConstructsNameLineAndConstruct) {
 TEST(ParserTest, DefinedFunctionsMayBeCalled) {
   EXPECT_TRUE(ParseText("{{ m() }}{% macro m() %}{% endmacro %}").ok());
   EXPECT_TRUE(ParseText("{{ raise_exception('x') }}{{ namespace(a=1) }}{{ range(3) }}").ok());
+}
+
+// `levels` copies of `open`, then `core`, then `levels` copies of `close`.
+std::string Nest(int levels, const std::string& open, const std::string& core,
+                 const std::string& close) {
+  std::string text;
+  for (int i = 0; i < levels; ++i) text += open;
+  text += core;
+  for (int i = 0; i < levels; ++i) text += close;
+  return text;
+}
+
+// Every way a template nests, at the limit and one level past it (and far
+// past it: the thousands of levels that overflowed the stack). Chains that
+// build deep trees without recursing (a + b + ..., a.b.c..., x | f | g ...)
+// count too: the renderer and the destructor recurse over the tree.
+TEST(ParserTest, NestingPastTheLimitIsRefused) {
+  // Each case builds a template that nests about `levels` levels.
+  const std::vector<std::pair<std::string, std::function<std::string(int)>>> cases = {
+      {"parentheses", [](int n) { return "{{ " + Nest(n, "(", "1", ")") + " }}"; }},
+      {"lists", [](int n) { return "{{ " + Nest(n, "[", "1", "]") + " }}"; }},
+      {"dicts", [](int n) { return "{{ " + Nest(n, "{'k': ", "1", " }") + " }}"; }},
+      {"call arguments", [](int n) { return "{{ " + Nest(n, "range(", "1", ")") + " }}"; }},
+      {"unary plus", [](int n) { return "{{ " + Nest(n, "+", "3", "") + " }}"; }},
+      {"unary minus", [](int n) { return "{{ " + Nest(n, "- ", "3", "") + " }}"; }},
+      {"not", [](int n) { return "{{ " + Nest(n, "not ", "x", "") + " }}"; }},
+      {"else branches", [](int n) { return "{{ " + Nest(n, "1 if x else ", "2", "") + " }}"; }},
+      {"a sum", [](int n) { return "{{ 1" + Nest(n, " + 1", "", "") + " }}"; }},
+      {"a concatenation", [](int n) { return "{{ 'a'" + Nest(n, " ~ 'b'", "", "") + " }}"; }},
+      {"attributes", [](int n) { return "{{ m" + Nest(n, ".a", "", "") + " }}"; }},
+      {"subscripts", [](int n) { return "{{ m" + Nest(n, "[0]", "", "") + " }}"; }},
+      {"filters", [](int n) { return "{{ m" + Nest(n, " | trim", "", "") + " }}"; }},
+      {"blocks", [](int n) { return Nest(n, "{% if x %}", "y", "{% endif %}"); }},
+      {"loops", [](int n) { return Nest(n, "{% for a in b %}", "y", "{% endfor %}"); }},
+  };
+  for (const auto& [what, make] : cases) {
+    SCOPED_TRACE(what);
+    // Well inside the limit (every construct adds at most two levels).
+    const absl::StatusOr<Body> inside = ParseText(make(kMaxNesting / 2 - 2));
+    EXPECT_TRUE(inside.ok()) << inside.status();
+    for (const int levels : {kMaxNesting + 1, 5000}) {
+      EXPECT_THAT(ErrorOf(make(levels)),
+                  HasSubstr("the template nests deeper than " + std::to_string(kMaxNesting) +
+                            " levels"));
+    }
+  }
 }
 
 TEST(ParserTest, SyntaxErrors) {
