@@ -1427,7 +1427,10 @@ LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_ind
   const int64_t slots = int64_t{device.ctas_per_sm[dtype_index]} * device.sms;
   const int32_t target_override = target_tiles_override.load(std::memory_order_relaxed);
   const int64_t target_tiles = target_override > 0 ? target_override : kTargetTilesPerCta;
-  int64_t splits = std::max({min_splits, CeilDiv(slots, rows), CeilDiv(tiles, target_tiles)});
+  // An override sets the split alone, also for steps too small to fill the
+  // GPU, so that a benchmark can time small steps at every split.
+  const int64_t fill_splits = target_override > 0 ? 1 : CeilDiv(slots, rows);
+  int64_t splits = std::max({min_splits, fill_splits, CeilDiv(tiles, target_tiles)});
   splits = std::min({splits, int64_t{kMaxSplits}, tiles});
 
   cudaLaunchConfig_t config = {};

@@ -25,8 +25,10 @@ LaunchStatus LaunchVerifySample(const VerifyInputs& in, VerifyOutputs* out, void
                                 uint64_t* step_error_key, std::string* message);
 
 // Tuning for benchmarks: how many mass tiles a CTA of the kernel aims for
-// (0 restores the default, kTargetTilesPerCta in verify_sampler.cu).
-// Process-wide; verify_sampler_benchmark --tiles_per_cta sweeps it.
+// (0 restores the default, kTargetTilesPerCta in verify_sampler.cu). Set, it
+// alone sets the split, also for steps too small to fill the GPU (which
+// otherwise take the most CTAs per row). Process-wide;
+// verify_sampler_benchmark --tiles_per_cta sweeps it.
 void SetTargetTilesPerCta(int32_t tiles);
 
 }  // namespace verify_internal
