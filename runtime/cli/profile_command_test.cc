@@ -146,15 +146,26 @@ TEST(ProfileTest, MeasuresTheGridItIsAskedForWithThePinsInPlace) {
     EXPECT_DOUBLE_EQ(table->draft_pass_seconds()[b], 0.5 * (passes[1] + passes[2])) << b;
     EXPECT_GT(table->draft_pass_seconds()[b], 0.0);
   }
-  // The one-pass draft phase (one pass costs less than five here): the
-  // median of the one-pass cell's steps.
-  ASSERT_TRUE(table->has_one_pass_draft());
+  // The one-pass draft phase: the median of the one-pass cell's steps, in
+  // the table when no batch size's exceeds the split's five passes (on a
+  // loaded machine a noisy one-pass cell can, and the phase is left out).
+  std::vector<double> one_pass(2);
+  bool within_the_split = true;
   for (size_t b = 0; b < 2; ++b) {
     const ProfileCell& cell = result->cells[3 * b + 2];
     ASSERT_EQ(cell.draft_depth, 1);
-    EXPECT_DOUBLE_EQ(table->one_pass_draft_seconds()[b],
-                     0.5 * (cell.draft_pass_seconds[0] + cell.draft_pass_seconds[1]))
-        << b;
+    ASSERT_EQ(cell.draft_pass_seconds.size(), 2u);
+    one_pass[b] = 0.5 * (cell.draft_pass_seconds[0] + cell.draft_pass_seconds[1]);
+    EXPECT_GT(one_pass[b], 0.0) << b;
+    if (one_pass[b] > table->draft_passes() * table->draft_pass_seconds()[b]) {
+      within_the_split = false;
+    }
+  }
+  ASSERT_EQ(table->has_one_pass_draft(), within_the_split);
+  if (within_the_split) {
+    for (size_t b = 0; b < 2; ++b) {
+      EXPECT_DOUBLE_EQ(table->one_pass_draft_seconds()[b], one_pass[b]) << b;
+    }
   }
 }
 
