@@ -147,19 +147,19 @@ class Parser {
   // when that makes the tree deeper than kMaxNesting, and the loops that
   // build chains (a + b + ..., a.b.c..., x | f | g ...) stop there.
   void Adopt(Expr* parent, ExprPtr child) {
-    if (child != nullptr && child->depth >= parent->depth) {
-      parent->depth = child->depth + 1;
-      if (parent->depth > kMaxNesting) Fail(parent->line, TooDeep());
-    }
+    Deepen(parent, child.get());
     parent->args.push_back(std::move(child));
   }
   void Adopt(const ExprPtr& parent, ExprPtr child) { Adopt(parent.get(), std::move(child)); }
   void AdoptKeyword(Expr* parent, std::string key, ExprPtr value) {
-    if (value != nullptr && value->depth >= parent->depth) {
-      parent->depth = value->depth + 1;
-      if (parent->depth > kMaxNesting) Fail(parent->line, TooDeep());
-    }
+    Deepen(parent, value.get());
     parent->kwargs.emplace_back(std::move(key), std::move(value));
+  }
+  // parent's depth once `child` (may be null) is one of its arguments.
+  void Deepen(Expr* parent, const Expr* child) {
+    if (child == nullptr || child->depth < parent->depth) return;
+    parent->depth = child->depth + 1;
+    if (parent->depth > kMaxNesting) Fail(parent->line, TooDeep());
   }
 
   // One level of the parser's recursion for its scope (a block's body, an
