@@ -37,6 +37,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 
@@ -1095,52 +1096,73 @@ absl::Status PrepareKernels() {
   return absl::OkStatus();
 }
 
-// Clusters of `ctas` CTAs of the split kernel the current device holds at
-// once (0: none), for ctas = 2, 4 and 8, looked up together once per device.
-int SplitClusters(int ctas) {
-  constexpr int kSizes = 3;  // clusters of 2 << i CTAs
-  // clusters + 1 per size; 0: not looked up yet.
-  static std::atomic<int> counts[64][kSizes];
+// The launch of the split kernel for `rows` rows on clusters of `ctas` CTAs
+// (`attribute` holds the cluster size that `config` points to).
+void SetSplitLaunch(unsigned ctas, unsigned rows, cudaLaunchConfig_t& config,
+                    cudaLaunchAttribute& attribute) {
+  attribute = {};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = ctas;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config = {};
+  config.gridDim = dim3(rows * ctas, 1, 1);
+  config.blockDim = dim3(kMaxThreads, 1, 1);
+  config.dynamicSmemBytes = kCandidateBytes;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+}
+
+// Cluster sizes of the split kernel: 2 << i CTAs for i < kClusterSizes.
+constexpr int kClusterSizes = 3;
+static_assert(2 << (kClusterSizes - 1) == kClusterCtas, "the largest size is kClusterCtas");
+
+// Clusters of each size the current device holds at once (0: none), looked
+// up together once per device.
+std::array<int, kClusterSizes> HeldClusters() {
+  // clusters + 1 per size; 0: not looked up yet. Size 0's is stored last
+  // (release), so once it is set the others are.
+  static std::atomic<int> counts[64][kClusterSizes];
+  std::array<int, kClusterSizes> held{};
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
-  const int size_index = ctas == 2 ? 0 : ctas == 4 ? 1 : ctas == 8 ? 2 : -1;
-  if (size_index < 0) return 0;
-  if (counts[device][size_index].load(std::memory_order_relaxed) == 0) {
-    if (!PrepareKernels().ok()) return 0;
-    for (int i = 0; i < kSizes; ++i) {
-      const unsigned size = 2u << i;
-      cudaLaunchConfig_t config = {};
-      cudaLaunchAttribute attribute[1];
-      attribute[0].id = cudaLaunchAttributeClusterDimension;
-      attribute[0].val.clusterDim.x = size;
-      attribute[0].val.clusterDim.y = 1;
-      attribute[0].val.clusterDim.z = 1;
-      config.gridDim = dim3(size, 1, 1);
-      config.blockDim = dim3(kMaxThreads, 1, 1);
-      config.dynamicSmemBytes = kCandidateBytes;
-      config.attrs = attribute;
-      config.numAttrs = 1;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return held;
+  std::atomic<int>* known = counts[device];
+  if (known[0].load(std::memory_order_acquire) == 0) {
+    if (!PrepareKernels().ok()) return held;
+    for (int i = kClusterSizes - 1; i >= 0; --i) {
+      cudaLaunchConfig_t config;
+      cudaLaunchAttribute attribute;
+      SetSplitLaunch(2u << i, 1, config, attribute);
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, DraftSampleSplitKernel, &config) !=
           cudaSuccess) {
         (void)cudaGetLastError();  // no clusters of this size here
         clusters = 0;
       }
-      counts[device][i].store(clusters + 1, std::memory_order_relaxed);
+      known[i].store(clusters + 1, i == 0 ? std::memory_order_release : std::memory_order_relaxed);
     }
   }
-  return counts[device][size_index].load(std::memory_order_relaxed) - 1;
+  for (int i = 0; i < kClusterSizes; ++i) held[i] = known[i].load(std::memory_order_relaxed) - 1;
+  return held;
 }
 
 }  // namespace
 
-int DraftSampleClusters(int ctas_per_row) { return SplitClusters(ctas_per_row); }
+int DraftSampleClusters(int ctas_per_row) {
+  const std::array<int, kClusterSizes> held = HeldClusters();
+  for (int i = 0; i < kClusterSizes; ++i) {
+    if (ctas_per_row == 2 << i) return held[i];
+  }
+  return 0;
+}
 
 int DraftSampleCtasPerRow(int rows, int max_ctas_per_row) {
   // The largest cluster of which every row gets one at once: more rows than
   // that would wait for a second wave, which costs more than smaller slices.
-  for (int ctas = kClusterCtas; ctas >= 2; ctas /= 2) {
-    if (ctas <= max_ctas_per_row && std::max(rows, 1) <= SplitClusters(ctas)) return ctas;
+  const std::array<int, kClusterSizes> held = HeldClusters();
+  for (int i = kClusterSizes - 1; i >= 0; --i) {
+    const int ctas = 2 << i;
+    if (ctas <= max_ctas_per_row && std::max(rows, 1) <= held[i]) return ctas;
   }
   return 1;
 }
@@ -1164,18 +1186,11 @@ absl::Status DraftSampleCuda(const DraftSampleInputs& in, DraftSampleOutputs* ou
   if (ctas > 1) {
     // Rows that leave SMs idle (a decode step's drafts below a few dozen
     // requests): each row's passes spread over a cluster of SMs instead of one.
-    cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = static_cast<unsigned>(ctas);
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.gridDim = dim3(static_cast<unsigned>(grid_rows * ctas), 1, 1);
-    config.blockDim = dim3(kMaxThreads, 1, 1);
-    config.dynamicSmemBytes = kCandidateBytes;
+    cudaLaunchConfig_t config;
+    cudaLaunchAttribute attribute;
+    SetSplitLaunch(static_cast<unsigned>(ctas), static_cast<unsigned>(grid_rows), config,
+                   attribute);
     config.stream = stream;
-    config.attrs = attribute;
-    config.numAttrs = 1;
     VERDICT_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, DraftSampleSplitKernel, args));
     return absl::OkStatus();
   }
