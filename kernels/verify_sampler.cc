@@ -42,11 +42,14 @@ struct Race {
 };
 
 // Fixed-point mass of the kept ids, tile by tile (verify_internal::
-// kMassTileIds). Tile maxima come out +0 for a zero maximum whatever the
-// sign of the zeros, as in the kernel.
-uint64_t KeptMass(const std::vector<float>& z, float row_max, float threshold) {
+// kMassTileIds), each tile's at the row maximum in tile_masses. Tile maxima
+// come out +0 for a zero maximum whatever the sign of the zeros, as in the
+// kernel.
+uint64_t KeptMass(const std::vector<float>& z, float row_max, float threshold,
+                  std::vector<uint64_t>* tile_masses) {
   uint64_t mass = 0;
   const size_t size = z.size();
+  tile_masses->assign(verify_internal::NumMassTiles(static_cast<int32_t>(size)), 0);
   for (size_t begin = 0; begin < size; begin += verify_internal::kMassTileIds) {
     const size_t end = std::min(size, begin + verify_internal::kMassTileIds);
     float tile_max = kNegInf;
@@ -59,7 +62,9 @@ uint64_t KeptMass(const std::vector<float>& z, float row_max, float threshold) {
     for (size_t i = begin; i < end; ++i) {
       if (Kept(z[i], threshold)) tile_sum += FixedExpNonPositive(FSub(z[i], tile_max));
     }
-    mass += verify_internal::TileMassAtRowMax(tile_sum, tile_max, row_max);
+    const uint64_t tile_mass = verify_internal::TileMassAtRowMax(tile_sum, tile_max, row_max);
+    (*tile_masses)[begin / verify_internal::kMassTileIds] = tile_mass;
+    mass += tile_mass;
   }
   return mass;
 }
@@ -177,7 +182,7 @@ class RowSampler {
     uint64_t mass = 0;
 
     if (s.greedy) {
-      mass = KeptMass(z_, row_max, threshold);
+      mass = KeptMass(z_, row_max, threshold, &tile_masses_);
       candidate = s.golden >= 0 ? s.golden : argmax;
       raw = !verify || s.draft == candidate;
       if (simulated) {
@@ -190,10 +195,10 @@ class RowSampler {
       if (s.top_k > 0 && s.top_k < allowed) {
         threshold = std::max(threshold, TopKThreshold(z_, s.top_k));
       }
-      mass = KeptMass(z_, row_max, threshold);
+      mass = KeptMass(z_, row_max, threshold, &tile_masses_);
       if (s.top_p < 1.0f) {
         threshold = TopPThreshold(z_, row_max, threshold, mass, s.top_p);
-        mass = KeptMass(z_, row_max, threshold);
+        mass = KeptMass(z_, row_max, threshold, &tile_masses_);
       }
       const float mass_f = FixedToFloat(mass);
       if (s.golden >= 0) {
@@ -242,11 +247,23 @@ class RowSampler {
     return true;
   }
 
-  // The race over q itself (bonus rows; a residual with no positive weight).
+  // The race over q itself (bonus rows; a residual with no positive weight),
+  // in two levels: the tiles race with their kept masses, then the ids of
+  // the winning tile with their weights.
   int32_t TargetRace(const RowSetup& s, float row_max, float threshold, RandomStream stream) {
+    Race tiles;
+    for (size_t t = 0; t < tile_masses_.size(); ++t) {
+      if (tile_masses_[t] == 0) continue;
+      const int32_t tile = static_cast<int32_t>(t);
+      tiles.Offer(verify_internal::TileRaceKey(s.seed, s.position, stream, tile, tile_masses_[t]),
+                  tile);
+    }
+    if (tiles.empty()) return -1;  // not reached: the maximum's tile has mass
+    const int32_t begin = tiles.id * verify_internal::kMassTileIds;
+    const int32_t end = std::min(in_.vocab_size, begin + verify_internal::kMassTileIds);
     Race race;
     PhiloxBlock bits{};
-    for (int32_t v = 0; v < in_.vocab_size; ++v) {
+    for (int32_t v = begin; v < end; ++v) {
       if ((v & 3) == 0) bits = PhiloxDraw(s.seed, s.position, 0, stream, v >> 2);
       if (!Kept(z_[v], threshold)) continue;
       const float e = ExpNonPositive(FSub(z_[v], row_max));
@@ -277,16 +294,38 @@ class RowSampler {
       }
     }
     const float alpha_s = FMul(alpha_, mass_f);
+    // Two levels, as for q: the tiles race with the fixed-point sums of
+    // their residual weights, then the ids of the winning tile.
+    const auto weight = [&](int32_t v) {
+      const float e = Kept(z_[v], threshold) ? ExpNonPositive(FSub(z_[v], row_max)) : 0.0f;
+      return ResidualWeight(e, alpha_s, p_[v]);
+    };
+    std::vector<uint64_t> tile_weights(verify_internal::NumMassTiles(v_size), 0);
+    for (int32_t v = 0; v < v_size; ++v) {
+      tile_weights[v / verify_internal::kMassTileIds] += ToFixed(weight(v));
+    }
+    Race tiles;
+    for (size_t t = 0; t < tile_weights.size(); ++t) {
+      if (tile_weights[t] == 0) continue;
+      const int32_t tile = static_cast<int32_t>(t);
+      tiles.Offer(verify_internal::TileRaceKey(s.seed, s.position, RandomStream::kResidual, tile,
+                                               tile_weights[t]),
+                  tile);
+    }
+    if (tiles.empty()) {  // no residual weight: the row samples from q
+      *candidate = TargetRace(s, row_max, threshold, RandomStream::kResidual);
+      return 0;
+    }
+    const int32_t begin = tiles.id * verify_internal::kMassTileIds;
+    const int32_t end = std::min(v_size, begin + verify_internal::kMassTileIds);
     Race race;
     PhiloxBlock bits{};
-    for (int32_t v = 0; v < v_size; ++v) {
+    for (int32_t v = begin; v < end; ++v) {
       if ((v & 3) == 0) bits = PhiloxDraw(s.seed, s.position, 0, RandomStream::kResidual, v >> 2);
-      const float e = Kept(z_[v], threshold) ? ExpNonPositive(FSub(z_[v], row_max)) : 0.0f;
-      const float w = ResidualWeight(e, alpha_s, p_[v]);
+      const float w = weight(v);
       if (w > 0.0f) race.Offer(RaceKey(w, RaceExponential(bits.v[v & 3])), v);
     }
-    *candidate = race.empty() ? TargetRace(s, row_max, threshold, RandomStream::kResidual)
-                              : race.id;
+    *candidate = race.id;  // a tile with weight holds an id with weight
     return 0;
   }
 
@@ -294,6 +333,8 @@ class RowSampler {
   const float alpha_;
   std::vector<float> z_;
   std::vector<float> p_;
+  // The kept mass of each tile of the current row (KeptMass).
+  std::vector<uint64_t> tile_masses_;
 };
 
 absl::Status CheckOutputs(const VerifyInputs& in, const VerifyOutputs* out) {

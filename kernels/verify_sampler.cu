@@ -12,12 +12,13 @@
 // every CTA then combines the same records into the row maximum and mass, and
 // makes the row's decision redundantly from the same values, so the CTAs
 // agree without further communication. Rows that need more than one pass
-// (top-k / top-p selection, the race of a final row) read their slices again
-// from global memory, mostly from L2. The leader CTA writes the row's outputs
-// and bumps a done counter; the CTA that completes the last row applies the
-// accepted prefix, the counters and the stop mask for the whole step and
-// publishes the error record (a "last block" tail, so small steps need
-// exactly one launch). Request-level input checks run in the row CTAs,
+// (top-k / top-p selection, a residual sample) read their slices again from
+// global memory, mostly from L2; a sample from q reads one tile again (the
+// tiles race with their masses first, verify_internal::kTileRaceRow). The
+// leader CTA writes the row's outputs and bumps a done counter; the CTA that
+// completes the last row applies the accepted prefix, the counters and the
+// stop mask for the whole step and publishes the error record (a "last
+// block" tail, so small steps need exactly one launch). Request-level input checks run in the row CTAs,
 // step-level ones on the host before the launch.
 //
 // Only a row whose earlier rows all accepted draws a sample (a residual or a
@@ -516,6 +517,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
   __shared__ int32_t list_size;
   __shared__ uint32_t list_tile_key[kMaxTilesPerCta];
   __shared__ unsigned long long list_tile_sum[kMaxTilesPerCta];
+  // The kept mass of each of this CTA's tiles at the row maximum, for the
+  // final kept set: the first level of a race over q.
+  __shared__ unsigned long long kept_tile_mass[kMaxTilesPerCta];
 
   cg::cluster_group cluster = cg::this_cluster();
   const VerifyInputs& in = a.in;
@@ -729,7 +733,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         const int32_t j = idx - c * a.tiles_per_cta;
         if (c * a.tiles_per_cta + j >= tiles) continue;
         const TileRecord rec = *cluster.map_shared_rank(&records[j], c);
-        local += TileMassAtRowMax(rec.sum, rec.max, row_max);
+        const unsigned long long tile_mass = TileMassAtRowMax(rec.sum, rec.max, row_max);
+        if (c == rank) kept_tile_mass[j] = tile_mass;
+        local += tile_mass;
       }
       local = BlockSumU64(local, scratch);
       if (tid == 0) b.mass = local;
@@ -759,7 +765,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
         const TileResult r =
             StreamTile(a, row_logits, first_tile + tile, rz, t, false, false, false);
-        if (Lane() == 0) local += TileMassAtRowMax(r.sum, r.max, row_max);
+        if (Lane() == 0) {
+          const unsigned long long tile_mass = TileMassAtRowMax(r.sum, r.max, row_max);
+          kept_tile_mass[tile] = tile_mass;
+          local += tile_mass;
+        }
       }
       return sum_over_cluster(local);
     };
@@ -977,9 +987,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       __syncthreads();
       unsigned long long local = 0;
       for (int32_t i = tid; i < my_tiles; i += kThreads) {
-        if (list_tile_key[i] != 0) {
-          local += TileMassAtRowMax(list_tile_sum[i], FromOrderKey(list_tile_key[i]), row_max);
-        }
+        const unsigned long long tile_mass =
+            list_tile_key[i] != 0
+                ? TileMassAtRowMax(list_tile_sum[i], FromOrderKey(list_tile_key[i]), row_max)
+                : 0ull;
+        kept_tile_mass[i] = tile_mass;
+        local += tile_mass;
       }
       return sum_over_cluster(local);
     };
@@ -1102,30 +1115,116 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     int mode = b.mode;
     const bool raw = b.raw;
 
-    // ---- 5. Exponential races over e = exp(z - max) (residual, or q
-    // itself), this CTA's slice streamed again with its p.
+    // ---- 5. Exponential races over e = exp(z - max): a race over q reads
+    // one tile; the residual's streams this CTA's slice again with its p.
     for (int attempt = 0; mode != 0; ++attempt) {
       const bool residual = mode == 1;
       const RandomStream stream =
           (residual || attempt > 0) ? RandomStream::kResidual : RandomStream::kBonus;
+      const int slot = attempt < 2 ? attempt : 1;
       const float alpha_s = FMul(a.alpha, mass_f);
+      // The first level (verify_internal::kTileRaceRow): this CTA's tiles
+      // race with `weights`, one thread a tile; the cluster's winning tile
+      // (kNoId if no tile has weight) lands in b.race_id and the cluster's
+      // smallest bad id of p (`bad`: this thread's) in b.bad_p.
+      const auto race_tiles = [&](const unsigned long long* weights, int32_t bad) {
+        float tile_key = 0.0f;
+        int32_t tile_id = kNoId;
+        for (int32_t t = tid; t < my_tiles; t += kThreads) {
+          if (weights[t] == 0) continue;
+          const int32_t tile = first_tile + t;
+          const float key =
+              verify_internal::TileRaceKey(b.seed, b.position, stream, tile, weights[t]);
+          if (RaceBeats(key, tile, tile_key, tile_id)) {
+            tile_key = key;
+            tile_id = tile;
+          }
+        }
+        BlockRaceBest(&tile_key, &tile_id, scratch);
+        bad = BlockMinInt(bad, scratch);
+        if (tid == 0) {
+          slots.race_key[slot] = tile_key;
+          slots.race_id[slot] = tile_id;
+          slots.bad_p[slot] = bad;
+        }
+        cluster.sync();
+        if (tid == 0) {
+          float k = 0.0f;
+          int32_t id = kNoId, bp = kNoId;
+          for (int c = 0; c < splits; ++c) {
+            const ExchangeSlots* rs = cluster.map_shared_rank(&slots, c);
+            if (RaceBeats(rs->race_key[slot], rs->race_id[slot], k, id)) {
+              k = rs->race_key[slot];
+              id = rs->race_id[slot];
+            }
+            bp = min(bp, rs->bad_p[slot]);
+          }
+          b.race_id = id;
+          b.bad_p = bp;
+        }
+        __syncthreads();
+      };
+      // The second level: every CTA races the ids of tile b.race_id, one
+      // group of four a thread, with weights weight(e, id) (e = exp(z - max)
+      // of a kept id, else 0), so all agree on the winner without another
+      // exchange; it lands in b.race_id.
+      static_assert(kMassTileIds == 4 * kThreads, "a tile is one group per thread");
+      const auto race_tile_ids = [&](auto weight) {
+        const int32_t first_id = b.race_id * kMassTileIds + 4 * tid;
+        float best_key = 0.0f;
+        int32_t best_id = kNoId;
+        if (b.race_id != kNoId && first_id < v_size) {
+          const float4 z4 = LoadZGroup(a, row_logits, first_id, rz);
+          const PhiloxBlock bits =
+              PhiloxDraw(b.seed, b.position, 0, stream, static_cast<uint32_t>(first_id >> 2));
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const float zq = Get(z4, q);
+            const float e = Kept(zq, threshold) ? ExpNonPositive(FSub(zq, row_max)) : 0.0f;
+            const float w = weight(e, first_id + q);
+            if (!(w > 0.0f)) continue;
+            const float key = RaceKey(w, RaceExponential(bits.v[q]));
+            if (RaceBeats(key, first_id + q, best_key, best_id)) {
+              best_key = key;
+              best_id = first_id + q;
+            }
+          }
+        }
+        BlockRaceBest(&best_key, &best_id, scratch);
+        if (tid == 0) b.race_id = best_id;  // a tile with weight holds an id with weight
+        __syncthreads();
+      };
+      if (!residual) {
+        // A sample from q: the tiles race with their kept masses, which the
+        // mass pass left in kept_tile_mass (the maximum's tile always has
+        // mass).
+        race_tiles(kept_tile_mass, kNoId);
+        race_tile_ids([](float e, int32_t) { return e; });
+        mode = 0;
+        continue;
+      }
+      // The residual, in two levels as for q: the tiles race with the
+      // fixed-point sums of their residual weights (this CTA's slice
+      // streamed again with its p), then every CTA races the winning tile's
+      // ids.
       const bool sparse = in.draft_probs == nullptr;
       const int64_t j = b.info.draft_index;
-      const float* p_row =
-          residual && !sparse ? in.draft_probs + j * in.draft_vocab_size + c0 : nullptr;
-      if (residual && sparse) {
+      const float* p_row = sparse ? nullptr : in.draft_probs + j * in.draft_vocab_size + c0;
+      // The residual's sum of each of this CTA's tiles (the selection's
+      // per-tile sums are no longer needed).
+      unsigned long long* tile_weights = list_tile_sum;
+      for (int32_t t = tid; t < my_tiles; t += kThreads) tile_weights[t] = 0;
+      if (sparse) {
         for (int w = tid; w < (n + 31) / 32; w += kThreads) listed[w] = 0;
         __syncthreads();
         for (int32_t i = tid; i < in.draft_topk; i += kThreads) {
           const int32_t id = in.draft_topk_ids[j * in.draft_topk + i] - c0;
           if (id >= 0 && id < n) atomicOr(&listed[id >> 5], 1u << (id & 31));
         }
-        __syncthreads();
       }
-      float best_key = 0.0f;
-      int32_t best_id = kNoId;
+      __syncthreads();
       int32_t bad_p = kNoId;
-      // p of group g (zeros past the slice; dense residual rows only).
+      // p of group g (zeros past the slice; dense rows only).
       const auto load_p = [&](int32_t g) {
         if (p_row == nullptr || g >= groups) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (a.vector_probs && 4 * g + 3 < n) return __ldcs(reinterpret_cast<const float4*>(p_row) + g);
@@ -1138,46 +1237,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         if (g >= groups) return make_float4(kNegInf, kNegInf, kNegInf, kNegInf);
         return LoadZGroup(a, row_logits, c0 + 4 * g, rz);
       };
-      // The race over group g (ids c0 + 4g .. c0 + 4g + 3) with its z and p.
-      const auto race_group = [&](int32_t g, const float4& z4, const float4& p4) {
-        float w4[4];
-        bool any = false;
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int32_t i = 4 * g + q;
-          const float zq = Get(z4, q);
-          const float e = Kept(zq, threshold) ? ExpNonPositive(FSub(zq, row_max)) : 0.0f;
-          float w = e;
-          if (residual) {
-            const float pq = Get(p4, q);
-            if (p_row != nullptr && i < n && (!(pq >= 0.0f) || !IsFinite(pq))) {
-              bad_p = min(bad_p, c0 + i);
-            }
-            const bool is_listed = sparse && i < n && ((listed[i >> 5] >> (i & 31)) & 1u);
-            w = is_listed ? 0.0f : ResidualWeight(e, alpha_s, pq);
-          }
-          w4[q] = i < n ? w : 0.0f;
-          any |= w4[q] > 0.0f;
-        }
-        if (!any) return;
-        const PhiloxBlock bits =
-            PhiloxDraw(b.seed, b.position, 0, stream, static_cast<uint32_t>((c0 >> 2) + g));
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          if (w4[q] > 0.0f) {
-            const float u = UniformOpen01(bits.v[q]);
-            if (RaceCannotBeat(w4[q], u, best_key)) continue;
-            const float key = RaceKey(w4[q], -LogPositive(u));
-            if (RaceBeats(key, c0 + 4 * g + q, best_key, best_id)) {
-              best_key = key;
-              best_id = c0 + 4 * g + q;
-            }
-          }
-        }
-      };
-      // Four groups of logits and p in flight per thread before the math on them.
+      // Four groups of logits and p in flight per thread before the math on
+      // them. Group g0 + u * kThreads lies in local tile 4 * round + u for
+      // every thread (a tile is kThreads groups), so a warp sums each group
+      // position's weights and adds them to that tile; the loop runs while
+      // any lane of the warp has groups left, so the sums see every lane.
       constexpr int kPrefetch = 4;
-      for (int32_t g0 = tid; g0 < groups; g0 += kPrefetch * kThreads) {
+      for (int32_t g0 = tid, round = 0; g0 - Lane() < groups; g0 += kPrefetch * kThreads, ++round) {
         float4 z4[kPrefetch];
         float4 p4[kPrefetch];
 #pragma unroll
@@ -1187,62 +1253,51 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         }
 #pragma unroll
         for (int u = 0; u < kPrefetch; ++u) {
-          if (g0 + u * kThreads < groups) race_group(g0 + u * kThreads, z4[u], p4[u]);
+          const int32_t g = g0 + u * kThreads;
+          unsigned long long sum = 0;
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int32_t i = 4 * g + q;
+            const float zq = Get(z4[u], q);
+            const float pq = Get(p4[u], q);
+            if (p_row != nullptr && i < n && (!(pq >= 0.0f) || !IsFinite(pq))) {
+              bad_p = min(bad_p, c0 + i);
+            }
+            const bool is_listed = sparse && i < n && ((listed[i >> 5] >> (i & 31)) & 1u);
+            const float e = Kept(zq, threshold) ? ExpNonPositive(FSub(zq, row_max)) : 0.0f;
+            if (i < n && !is_listed) sum += ToFixed(ResidualWeight(e, alpha_s, pq));
+          }
+          sum = WarpSumU64(sum);
+          const int32_t tile = kPrefetch * round + u;
+          if (Lane() == 0 && sum != 0 && tile < my_tiles) atomicAdd(&tile_weights[tile], sum);
         }
       }
-      if (residual && sparse) {
-        // Listed ids: p is the sum of their entries, in list order.
+      // The sparse draft's listed ids: p is the sum of their entries, in list
+      // order.
+      const auto sparse_p = [&](int32_t id) {
+        float p = 0.0f;
+        for (int32_t k = 0; k < in.draft_topk; ++k) {
+          if (in.draft_topk_ids[j * in.draft_topk + k] == id) {
+            p = FAdd(p, in.draft_topk_probs[j * in.draft_topk + k]);
+          }
+        }
+        return p;
+      };
+      if (sparse) {
         for (int32_t i = tid; i < in.draft_topk; i += kThreads) {
           const int32_t id = in.draft_topk_ids[j * in.draft_topk + i];
           if (id < c0 || id >= c0 + n) continue;
           bool first = true;
-          float p = 0.0f;
-          for (int32_t k = 0; k < in.draft_topk; ++k) {
-            if (in.draft_topk_ids[j * in.draft_topk + k] != id) continue;
-            if (k < i) first = false;
-            p = FAdd(p, in.draft_topk_probs[j * in.draft_topk + k]);
-          }
+          for (int32_t k = 0; k < i; ++k) first &= in.draft_topk_ids[j * in.draft_topk + k] != id;
           if (!first) continue;
           const float zi = verify_internal::ProcessedLogit(in, row, b.mask, id, b.inv_temperature);
           const float e = Kept(zi, threshold) ? ExpNonPositive(FSub(zi, row_max)) : 0.0f;
-          const float w = ResidualWeight(e, alpha_s, p);
-          if (w <= 0.0f) continue;
-          const PhiloxBlock bits = PhiloxDraw(b.seed, b.position, 0, stream,
-                                              static_cast<uint32_t>(id >> 2));
-          const int lane4 = id & 3;
-          const uint32_t word = lane4 == 0 ? bits.v[0] : lane4 == 1 ? bits.v[1]
-                              : lane4 == 2 ? bits.v[2] : bits.v[3];
-          const float key = RaceKey(w, RaceExponential(word));
-          if (RaceBeats(key, id, best_key, best_id)) {
-            best_key = key;
-            best_id = id;
-          }
+          const unsigned long long w = ToFixed(ResidualWeight(e, alpha_s, sparse_p(id)));
+          if (w != 0) atomicAdd(&tile_weights[(id - c0) / kMassTileIds], w);
         }
-      }
-      BlockRaceBest(&best_key, &best_id, scratch);
-      bad_p = BlockMinInt(bad_p, scratch);
-      const int slot = attempt < 2 ? attempt : 1;
-      if (tid == 0) {
-        slots.race_key[slot] = best_key;
-        slots.race_id[slot] = best_id;
-        slots.bad_p[slot] = bad_p;
-      }
-      cluster.sync();
-      if (tid == 0) {
-        float k = 0.0f;
-        int32_t id = kNoId, bp = kNoId;
-        for (int c = 0; c < splits; ++c) {
-          const ExchangeSlots* rs = cluster.map_shared_rank(&slots, c);
-          if (RaceBeats(rs->race_key[slot], rs->race_id[slot], k, id)) {
-            k = rs->race_key[slot];
-            id = rs->race_id[slot];
-          }
-          bp = min(bp, rs->bad_p[slot]);
-        }
-        b.race_id = id;
-        b.bad_p = bp;
       }
       __syncthreads();
+      race_tiles(tile_weights, bad_p);
       if (b.bad_p != kNoId) {
         if (leader && tid == 0) {
           ReportError(ws, ErrorKey(row, VerifyErrorCode::kBadDraftProb,
@@ -1251,8 +1306,17 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         row_done = true;
         break;
       }
-      // An empty residual (p not normalised) falls back to q itself.
-      mode = (b.race_id == kNoId && residual) ? 2 : 0;
+      if (b.race_id == kNoId) {  // no residual weight (p not normalised): q itself
+        mode = 2;
+        continue;
+      }
+      race_tile_ids([&](float e, int32_t id) {
+        const float p = id >= v_size ? 0.0f
+                        : sparse     ? sparse_p(id)
+                                     : in.draft_probs[j * in.draft_vocab_size + id];
+        return ResidualWeight(e, alpha_s, p);
+      });
+      mode = 0;
     }
 
     // ---- 6. The leader writes the row (a row that drew nothing keeps

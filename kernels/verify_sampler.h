@@ -37,8 +37,9 @@
 //    stream kAccept, i.e. with probability min(1, q/p) (seed 000, rule 1). On
 //    reject the row samples from max(q - alpha p, 0), alpha = exp(-penalty):
 //    the residual of seed 000 with DeepInfer's penalty, which keeps it
-//    non-empty when q and p agree up to rounding. Should every residual
-//    weight still be 0 (p not normalised), the row samples from q.
+//    non-empty when q and p agree up to rounding. Should the residual still
+//    have no weight (every tile's fixed-point sum 0: p not normalised), the
+//    row samples from q.
 //  * Bonus row, T > 0: a fresh sample from q (stream kBonus).
 //  * Only a row that can be its request's final row draws a sample: one
 //    whose earlier rows all accepted their drafts. A row after a rejected
@@ -61,9 +62,16 @@
 //    a^L. Not lossless: the output no longer follows the target.
 //  * Categorical samples are exponential races: id i draws E_i ~ Exp(1) from
 //    Philox (seed, position + k, row argument 0, stream, block i / 4) and the
-//    largest w_i / E_i wins, ties to the lower id. Every draw is keyed by the
-//    request's seed and absolute token position, never by the batch row, so a
-//    request draws the same numbers in any batch, on any rank and backend.
+//    largest w_i / E_i wins, ties to the lower id. A race runs in two levels:
+//    first the mass tiles race, tile t with weight W_t and E_t from Philox
+//    (seed, position + k, row argument 1, stream, block t / 4), then the ids
+//    of the winning tile as above. For q, W_t is the tile's kept mass at the
+//    row maximum (the terms of S); for the residual, the sum of its ids'
+//    weights in 2^-40 fixed point. Each level picks in proportion to its
+//    weights, so the sample follows the race's distribution. Every draw is
+//    keyed by the request's seed and absolute token position, never by the
+//    batch row, so a request draws the same numbers in any batch, on any
+//    rank and backend.
 //  * Accepted prefix: row k is blocked if it is not a verify row or its raw
 //    accept is false; a row is alive if no earlier row of its request is
 //    blocked; accept = alive && !blocked; is_final = alive && blocked. The

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kernels/philox.h"
 #include "kernels/verify_sampler.h"
+#include "kernels/verify_sampler_internal.h"
 #include "kernels/verify_step.h"
 #include "kernels/verify_step_device.h"
 
@@ -282,6 +283,34 @@ double DecisionMargin(HostVerifyStep& step, int32_t row) {
     }
     return best > 0 ? RelGap(best, second) : INFINITY;
   };
+  // A sample races the tiles by their weights, then the winning tile's ids
+  // (verify_internal::kTileRaceRow).
+  const auto tile_race = [&](const std::vector<double>& w, RandomStream stream) {
+    const int32_t tile_ids = verify_internal::kMassTileIds;
+    double best = 0, second = 0;
+    int32_t winner = -1;
+    for (int32_t t = 0; t < verify_internal::NumMassTiles(v_size); ++t) {
+      double mass = 0;
+      for (int32_t v = t * tile_ids; v < std::min(v_size, (t + 1) * tile_ids); ++v) mass += w[v];
+      if (mass <= 0) continue;
+      const uint32_t bits =
+          PhiloxDraw(seed, position, verify_internal::kTileRaceRow, stream, t >> 2).v[t & 3];
+      const double key = mass / -std::log(static_cast<double>(UniformOpen01(bits)));
+      if (key > best) {
+        second = best;
+        best = key;
+        winner = t;
+      } else if (key > second) {
+        second = key;
+      }
+    }
+    if (winner < 0) return static_cast<double>(INFINITY);
+    std::vector<double> in_tile(v_size, 0.0);
+    for (int32_t v = winner * tile_ids; v < std::min(v_size, (winner + 1) * tile_ids); ++v) {
+      in_tile[v] = w[v];
+    }
+    return std::min(RelGap(best, second), race(in_tile, stream));
+  };
   if (k < verify_len) {
     const int32_t j = in.first_token_positions[r] - r + k;
     const int32_t d = in.draft_token_ids[j];
@@ -306,9 +335,9 @@ double DecisionMargin(HostVerifyStep& step, int32_t row) {
     const double alpha = std::exp(-static_cast<double>(in.config.penalty));
     std::vector<double> w(v_size);
     for (int32_t v = 0; v < v_size; ++v) w[v] = std::max(e[v] - alpha * p[v], 0.0);
-    margin = std::min(margin, race(w, RandomStream::kResidual));
+    margin = std::min(margin, tile_race(w, RandomStream::kResidual));
   } else {
-    margin = std::min(margin, race(e, RandomStream::kBonus));
+    margin = std::min(margin, tile_race(e, RandomStream::kBonus));
   }
   return margin;
 }

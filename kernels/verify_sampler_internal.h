@@ -371,6 +371,25 @@ VERDICT_HD uint64_t TileMassAtRowMax(uint64_t tile_sum, float tile_max, float ro
       sampling_math::DMul(sampling_math::FixedToDouble(tile_sum), static_cast<double>(scale)));
 }
 
+// A race over q runs in two levels: the tiles race with their kept masses
+// (the terms of the normaliser S), then the ids of the winning tile with
+// their weights. Each level picks in proportion to its weights, so the id
+// follows q, and the second level reads one tile, not the row. The tiles'
+// draws use this row argument of the Philox counter (the ids' use 0).
+inline constexpr uint32_t kTileRaceRow = 1;
+
+// The first level's key of `tile` with kept mass `tile_mass` (> 0): tile t
+// takes word t % 4 of block t / 4.
+VERDICT_HD float TileRaceKey(uint64_t seed, int64_t position, RandomStream stream, int32_t tile,
+                             uint64_t tile_mass) {
+  const PhiloxBlock bits =
+      PhiloxDraw(seed, position, kTileRaceRow, stream, static_cast<uint32_t>(tile) >> 2);
+  const int word = tile & 3;
+  const uint32_t w = word == 0 ? bits.v[0] : word == 1 ? bits.v[1] : word == 2 ? bits.v[2] : bits.v[3];
+  return sampling_math::RaceKey(sampling_math::FixedToFloat(tile_mass),
+                                sampling_math::RaceExponential(w));
+}
+
 // The uniform of the acceptance test of the row at `position`.
 VERDICT_HD float AcceptUniform(uint64_t seed, int64_t position) {
   return UniformOpen01(PhiloxDraw(seed, position, 0, RandomStream::kAccept, 0).v[0]);

@@ -417,6 +417,44 @@ TEST(VerifySamplerTest, TargetSpreadOverMassTilesIsFollowed) {
   ExpectFollows(counts, q, n, "q over four tiles");
 }
 
+// A sample from q races the mass tiles first (with their kept masses) and
+// then the ids of the winning tile (verify_internal::kTileRaceRow). Plain
+// decode rows (no drafts) over the support of the test above, at
+// temperature 1 and with a top-k that cuts inside a tile: the samples follow
+// q (renormalised over the kept set), tile by tile and id by id.
+TEST(VerifySamplerTest, SampleFromTheTargetRacesTilesThenIds) {
+  const int32_t v = 4200;
+  const std::vector<std::pair<int32_t, double>> support = {
+      {5, 0.05}, {1500, 0.4}, {2047, 0.2}, {2048, 0.25}, {4150, 0.1}};
+  std::vector<double> q(v, 0.0);
+  for (const auto& [id, prob] : support) q[id] = prob;
+  for (const int32_t top_k : {0, 3}) {
+    std::vector<double> kept = q;
+    if (top_k == 3) {  // keeps 1500, 2048 and 2047
+      kept[5] = 0.0;
+      kept[4150] = 0.0;
+      kept = Normalised(kept);
+    }
+    const int64_t n = 20000;
+    HostVerifyStep step(v, SamplerConfig{});
+    for (int64_t t = 0; t < n; ++t) {
+      VerifyRequest r;
+      r.logits = {LogitsOf(q)};
+      r.top_k = top_k;
+      r.seed = static_cast<uint64_t>(t) * 0x9E3779B97F4A7C15ull + 11;
+      step.Add(r);
+    }
+    const HostVerifyOutputs out = RunCpu(step);
+    std::vector<int64_t> counts(v, 0);
+    for (int64_t t = 0; t < n; ++t) {
+      ASSERT_GE(out.sampled_token_ids[t], 0);
+      ++counts[out.sampled_token_ids[t]];
+      EXPECT_NEAR(out.token_logprobs[t], std::log(kept[out.sampled_token_ids[t]]), 2e-6);
+    }
+    ExpectFollows(counts, kept, n, absl::StrCat("plain decode rows, top_k ", top_k));
+  }
+}
+
 TEST(VerifySamplerTest, TileMassIsRescaledToTheRowMaximum) {
   const uint64_t one = uint64_t{1} << 40;
   // The tile holding the row maximum contributes its sum unchanged.
