@@ -86,25 +86,40 @@ int ServerPort() {
   return port;
 }
 
+// A connection to the server. A signal (libFuzzer's timers among them) can
+// interrupt a blocking connect, which then goes on asynchronously: that
+// socket is dropped and a fresh one tried.
+int Connect() {
+  for (;;) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    timeval timeout = {kAnswerTimeoutSeconds, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(ServerPort()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+    const int error = errno;
+    close(fd);
+    if (error != EINTR) {
+      errno = error;
+      std::perror("http_request: connect");
+      std::abort();
+    }
+  }
+}
+
 // Sends `input`, closes the sending side and returns everything the server
 // wrote until it closed. Aborts when the server keeps the connection open.
+// Sends and receives interrupted by a signal are retried.
 std::string Exchange(absl::string_view input) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  timeval timeout = {kAnswerTimeoutSeconds, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(ServerPort()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    std::perror("http_request: connect");
-    std::abort();
-  }
+  const int fd = Connect();
   // The server may answer and close before reading everything (413, or a
   // malformed request line): a failed send is fine.
   while (!input.empty()) {
     const ssize_t n = send(fd, input.data(), input.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     input.remove_prefix(static_cast<size_t>(n));
   }
@@ -117,6 +132,7 @@ std::string Exchange(absl::string_view input) {
       answer.append(buf, static_cast<size_t>(n));
       continue;
     }
+    if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       std::fprintf(stderr, "http_request: the server kept the connection open for %d s\n",
                    kAnswerTimeoutSeconds);
