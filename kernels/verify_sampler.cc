@@ -247,29 +247,38 @@ class RowSampler {
     return true;
   }
 
-  // The race over q itself (bonus rows; a residual with no positive weight),
-  // in two levels: the tiles race with their kept masses, then the ids of
-  // the winning tile with their weights.
-  int32_t TargetRace(const RowSetup& s, float row_max, float threshold, RandomStream stream) {
+  // A race in two levels (verify_sampler.h): the tiles race with
+  // tile_weights, then the ids of the winning tile with weight(v). -1 when
+  // no tile has weight.
+  template <typename WeightFn>
+  int32_t TwoLevelRace(const RowSetup& s, RandomStream stream,
+                       const std::vector<uint64_t>& tile_weights, WeightFn weight) const {
     Race tiles;
-    for (size_t t = 0; t < tile_masses_.size(); ++t) {
-      if (tile_masses_[t] == 0) continue;
+    for (size_t t = 0; t < tile_weights.size(); ++t) {
+      if (tile_weights[t] == 0) continue;
       const int32_t tile = static_cast<int32_t>(t);
-      tiles.Offer(verify_internal::TileRaceKey(s.seed, s.position, stream, tile, tile_masses_[t]),
+      tiles.Offer(verify_internal::TileRaceKey(s.seed, s.position, stream, tile, tile_weights[t]),
                   tile);
     }
-    if (tiles.empty()) return -1;  // not reached: the maximum's tile has mass
+    if (tiles.empty()) return -1;
     const int32_t begin = tiles.id * verify_internal::kMassTileIds;
     const int32_t end = std::min(in_.vocab_size, begin + verify_internal::kMassTileIds);
     Race race;
     PhiloxBlock bits{};
     for (int32_t v = begin; v < end; ++v) {
       if ((v & 3) == 0) bits = PhiloxDraw(s.seed, s.position, 0, stream, v >> 2);
-      if (!Kept(z_[v], threshold)) continue;
-      const float e = ExpNonPositive(FSub(z_[v], row_max));
-      if (e > 0.0f) race.Offer(RaceKey(e, RaceExponential(bits.v[v & 3])), v);
+      const float w = weight(v);
+      if (w > 0.0f) race.Offer(RaceKey(w, RaceExponential(bits.v[v & 3])), v);
     }
-    return race.id;
+    return race.id;  // a tile with weight holds an id with weight
+  }
+
+  // The race over q itself (bonus rows; a residual with no positive weight):
+  // the tiles weigh their kept masses.
+  int32_t TargetRace(const RowSetup& s, float row_max, float threshold, RandomStream stream) {
+    return TwoLevelRace(s, stream, tile_masses_, [&](int32_t v) {
+      return Kept(z_[v], threshold) ? ExpNonPositive(FSub(z_[v], row_max)) : 0.0f;
+    });
   }
 
   // The race over max(q - alpha p, 0) (seed 000's residual with the
@@ -304,28 +313,9 @@ class RowSampler {
     for (int32_t v = 0; v < v_size; ++v) {
       tile_weights[v / verify_internal::kMassTileIds] += ToFixed(weight(v));
     }
-    Race tiles;
-    for (size_t t = 0; t < tile_weights.size(); ++t) {
-      if (tile_weights[t] == 0) continue;
-      const int32_t tile = static_cast<int32_t>(t);
-      tiles.Offer(verify_internal::TileRaceKey(s.seed, s.position, RandomStream::kResidual, tile,
-                                               tile_weights[t]),
-                  tile);
-    }
-    if (tiles.empty()) {  // no residual weight: the row samples from q
-      *candidate = TargetRace(s, row_max, threshold, RandomStream::kResidual);
-      return 0;
-    }
-    const int32_t begin = tiles.id * verify_internal::kMassTileIds;
-    const int32_t end = std::min(v_size, begin + verify_internal::kMassTileIds);
-    Race race;
-    PhiloxBlock bits{};
-    for (int32_t v = begin; v < end; ++v) {
-      if ((v & 3) == 0) bits = PhiloxDraw(s.seed, s.position, 0, RandomStream::kResidual, v >> 2);
-      const float w = weight(v);
-      if (w > 0.0f) race.Offer(RaceKey(w, RaceExponential(bits.v[v & 3])), v);
-    }
-    *candidate = race.id;  // a tile with weight holds an id with weight
+    const int32_t id = TwoLevelRace(s, RandomStream::kResidual, tile_weights, weight);
+    // No residual weight: the row samples from q.
+    *candidate = id >= 0 ? id : TargetRace(s, row_max, threshold, RandomStream::kResidual);
     return 0;
   }
 
