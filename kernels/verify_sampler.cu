@@ -14,7 +14,12 @@
 // agree without further communication. Rows that need more than one pass
 // (top-k / top-p selection, a residual sample) read their slices again from
 // global memory, mostly from L2; a sample from q reads one tile again (the
-// tiles race with their masses first, verify_internal::kTileRaceRow). The
+// tiles race with their masses first, verify_internal::kTileRaceRow). Top-p
+// narrows its threshold with histograms of counts by distance to the row
+// maximum, which bound the mass above every bin edge, lists the few
+// candidates, and lets the cluster's leader select among them (see
+// top_p_on_fine_bins); only rows whose candidates do not fit select on the
+// whole row with the per-id radix rounds that top-k also uses. The
 // leader CTA writes the row's outputs and bumps a done counter; the CTA that
 // completes the last row applies the accepted prefix, the counters and the
 // stop mask for the whole step and publishes the error record (a "last
@@ -118,6 +123,7 @@ struct TileRecord {
   unsigned long long sum;
 };
 
+
 // Per-CTA partials that the other CTAs of the cluster read (distributed
 // shared memory). Each exchange has its own slot, so one cluster barrier per
 // exchange suffices; the radix histograms alternate between two buffers.
@@ -127,12 +133,21 @@ struct ExchangeSlots {
   int32_t argmax;
   int32_t allowed;
   int32_t non_finite;
-  unsigned long long mass[2];
+  // One slot per mass exchange of a row: min-p's kept mass, then top-p's
+  // mass above its candidates and its kept mass.
+  unsigned long long mass[3];
   uint32_t hist_count[2][256];
   unsigned long long hist_mass[2][256];
   float race_key[2];
   int32_t race_id[2];
   int32_t bad_p[2];
+  // Top-p on fine bins: the leader's candidate bins, their ids, and the
+  // threshold it selected.
+  int32_t fine_first;
+  int32_t fine_last;
+  unsigned long long fine_count;
+  unsigned long long fine_above;  // this CTA's exact mass above a second level
+  float fine_threshold;
 };
 
 // Values every thread of the CTA reads after a barrier.
@@ -163,6 +178,9 @@ struct Broadcast {
   unsigned long long mass;
   uint32_t prefix;
   int32_t bucket;  // the value bucket a selection narrowed to
+  int32_t fine_first;  // top-p's candidate fine bins
+  int32_t fine_last;
+  float fine_threshold;
   uint32_t remaining;
   unsigned long long mass_above;
   int32_t mode;  // 0: decided; 1: residual race; 2: race over q
@@ -179,6 +197,8 @@ struct Scratch {
   int32_t j[kWarps];
   int32_t k[kWarps];
   unsigned long long u[kWarps];
+  double lo[kWarps];
+  double hi[kWarps];
   uint32_t bins[256];
   unsigned long long bin_mass[256];
   int32_t counters[2][kMaxNextn];
@@ -259,6 +279,37 @@ __device__ unsigned long long BlockSumU64(unsigned long long v, Scratch& s) {
   return v;
 }
 
+// Exclusive prefix sums of two doubles over the CTA's threads, in thread
+// order (the same order, so the same roundings, in every CTA).
+__device__ void BlockExclusiveScan2(double* lo, double* hi, Scratch& s) {
+  double a = *lo, b = *hi;
+  for (int o = 1; o < 32; o <<= 1) {
+    const double oa = __shfl_up_sync(0xFFFFFFFFu, a, o);
+    const double ob = __shfl_up_sync(0xFFFFFFFFu, b, o);
+    if (Lane() >= o) {
+      a += oa;
+      b += ob;
+    }
+  }
+  if (Lane() == 31) {
+    s.lo[Warp()] = a;
+    s.hi[Warp()] = b;
+  }
+  __syncthreads();
+  double base_a = 0.0, base_b = 0.0;
+  for (int w = 0; w < Warp(); ++w) {
+    base_a += s.lo[w];
+    base_b += s.hi[w];
+  }
+  // This thread's exclusive sums: the inclusive sums of the lane before.
+  double ea = __shfl_up_sync(0xFFFFFFFFu, a, 1);
+  double eb = __shfl_up_sync(0xFFFFFFFFu, b, 1);
+  if (Lane() == 0) ea = eb = 0.0;
+  *lo = base_a + ea;
+  *hi = base_b + eb;
+  __syncthreads();
+}
+
 __device__ void ReportError(Workspace* ws, uint64_t key) {
   atomicMax(&ws->error_acc, ~static_cast<unsigned long long>(key));
 }
@@ -309,6 +360,132 @@ __device__ __forceinline__ uint32_t KeyOf(float z) { return OrderKey(FAdd(z, 0.0
 __device__ __forceinline__ uint32_t ValueBucket(float z, float row_max) {
   const float d = FSub(row_max, z);
   return d < 31.875f ? static_cast<uint32_t>(FMul(d, 8.0f)) : 255u;
+}
+
+// Top-p's histograms bin ids by their distance d = max - z to the row
+// maximum, at `scale` bins per nat (a power of two, so d * scale is exact
+// and a bin is exactly the interval [n / scale, (n + 1) / scale) of d). The
+// first level has 64 bins per nat from the maximum (bin 0 holds it;
+// everything 2047/64 or more below it goes to the last bin); a bin's
+// weights exp(-d) lie within a factor e^(1/64) of each other, so counts
+// alone bound every bin's mass to 1.6%. A second level, when the first
+// leaves too many candidates, splits the first level's candidate bins into
+// up to kFineBins finer ones.
+constexpr int kFineBins = 2048;
+constexpr int kFineBinsPerThread = kFineBins / 256;
+constexpr float kFirstLevelScale = 64.0f;
+__device__ __forceinline__ float ScaledDistance(float z, float row_max, float scale) {
+  return FMul(FSub(row_max, z), scale);
+}
+__device__ __forceinline__ uint32_t FirstLevelBin(float z, float row_max) {
+  const float x = ScaledDistance(z, row_max, kFirstLevelScale);
+  return x < static_cast<float>(kFineBins - 1) ? static_cast<uint32_t>(x) : kFineBins - 1u;
+}
+
+// Bounds on the fixed-point weight FixedExpNonPositive(-d) of an id whose
+// scaled distance lies in [n, n + 1), from exp(-n / scale) and exp(-(n + 1)
+// / scale) (in double): widened by far more than the exponential's few ulp
+// and the rounding to an integer.
+__device__ __forceinline__ double EdgeExp(int n, float scale) {
+  return exp(-static_cast<double>(n) / scale);
+}
+__device__ __forceinline__ double WeightBelow(double exp_far_edge) {
+  return fmax(0.0, 1099511627776.0 * exp_far_edge * (1.0 - 1e-5) - 1.0);
+}
+__device__ __forceinline__ double WeightAbove(double exp_near_edge) {
+  return 1099511627776.0 * exp_near_edge * (1.0 + 1e-5) + 1.0;
+}
+
+// Exclusive prefix sum of one 64-bit integer over the CTA's threads.
+__device__ unsigned long long BlockExclusiveScanU64(unsigned long long v, Scratch& s) {
+  unsigned long long inclusive = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long other = __shfl_up_sync(0xFFFFFFFFu, inclusive, o);
+    if (Lane() >= o) inclusive += other;
+  }
+  if (Lane() == 31) s.u[Warp()] = inclusive;
+  __syncthreads();
+  unsigned long long base = 0;
+  for (int w = 0; w < Warp(); ++w) base += s.u[w];
+  __syncthreads();
+  return base + inclusive - v;
+}
+
+// The cluster leader's top-p selection over every CTA's candidate list (the
+// ids of the threshold's candidate bins): the smallest listed value v with
+// mass_above + mass(listed z > v) < limit, weights relative to the row
+// maximum, ties kept together. The lists' values are first gathered into
+// `gathered` (kListCapacity floats of the leader's shared memory); then four
+// radix rounds on the order keys' bytes each bin the candidates that match
+// the digits found so far and walk the bins from the largest values down,
+// with a CTA-wide scan instead of a serial walk. Every CTA of the cluster
+// must have finished its list (a cluster barrier) before the call.
+__device__ float SelectTopPOnLists(cg::cluster_group& cluster, int splits, float* list_z,
+                                   int32_t* list_size, float* gathered, float row_max,
+                                   double limit, unsigned long long mass_above, Scratch& s) {
+  __shared__ int32_t offsets[kMaxSplits + 1];
+  __shared__ uint32_t chosen_prefix;
+  __shared__ unsigned long long chosen_above;
+  __shared__ int32_t chosen_position;
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    offsets[0] = 0;
+    for (int c = 0; c < splits; ++c) offsets[c + 1] = offsets[c] + *cluster.map_shared_rank(list_size, c);
+  }
+  __syncthreads();
+  for (int c = 0; c < splits; ++c) {
+    const float* remote = cluster.map_shared_rank(list_z, c);
+    const int32_t n = offsets[c + 1] - offsets[c];
+    for (int32_t i = tid; i < n; i += kThreads) gathered[offsets[c] + i] = remote[i];
+  }
+  const int32_t total = offsets[splits];
+  uint32_t prefix = 0;
+  unsigned long long above = mass_above;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    const uint32_t high_mask = shift >= 24 ? 0u : (0xFFFFFFFFu << (shift + 8));
+    for (int i = tid; i < 256; i += kThreads) {
+      s.bins[i] = 0;
+      s.bin_mass[i] = 0;
+    }
+    __syncthreads();
+    for (int32_t i = tid; i < total; i += kThreads) {
+      const float z = gathered[i];
+      const uint32_t key = KeyOf(z);
+      if ((key & high_mask) != (prefix & high_mask)) continue;
+      const uint32_t bin = (key >> shift) & 0xFFu;
+      const unsigned long long w = FixedExpNonPositive(FSub(z, row_max));
+      if (w > 0) {
+        atomicAdd(&s.bin_mass[bin], w);
+      } else {
+        atomicAdd(&s.bins[bin], 1u);  // only whether the bin is empty matters
+      }
+    }
+    __syncthreads();
+    // Walk position p (thread p) is bin 255 - p: values decrease along it.
+    static_assert(kThreads == 256, "one thread a bin");
+    const uint32_t bin = 255u - static_cast<uint32_t>(tid);
+    const unsigned long long mass = s.bin_mass[bin];
+    const bool non_empty = mass != 0 || s.bins[bin] != 0;
+    const unsigned long long before = above + BlockExclusiveScanU64(mass, s);
+    // The last non-empty bin whose mass above is under the limit (the
+    // first non-empty one always is).
+    const bool qualifies = non_empty && FixedToDouble(before) < limit;
+    const int32_t last = -BlockMinInt(qualifies ? -tid : 1, s);
+    if (tid == 0) {
+      chosen_position = last;
+      chosen_prefix = prefix;  // kept should no bin qualify (it cannot)
+      chosen_above = above;
+    }
+    __syncthreads();
+    if (tid == chosen_position) {
+      chosen_prefix = prefix | (bin << shift);
+      chosen_above = before;
+    }
+    __syncthreads();
+    prefix = chosen_prefix;
+    above = chosen_above;
+  }
+  return FromOrderKey(prefix);
 }
 
 // Logits are read-only for the whole launch and loaded with L2's default
@@ -504,7 +681,9 @@ __device__ TileResult StreamTile(const KernelArgs& a, const LogitT* row_logits, 
 
 template <typename LogitT>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const __grid_constant__ KernelArgs a) {
-  extern __shared__ uint32_t listed[];  // [tiles_per_cta * kMassTileIds / 32]: sparse p ids
+  // [tiles_per_cta * kMassTileIds / 32]: sparse p ids (and first, for
+  // top-p, [kFineBins] counts: DynamicSmemBytes).
+  extern __shared__ __align__(16) uint32_t listed[];
   __shared__ TileRecord records[kMaxTilesPerCta];
   __shared__ ExchangeSlots slots;
   __shared__ Broadcast b;
@@ -520,6 +699,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
   // The kept mass of each of this CTA's tiles at the row maximum, for the
   // final kept set: the first level of a race over q.
   __shared__ unsigned long long kept_tile_mass[kMaxTilesPerCta];
+  // Top-p's fine histogram of this CTA's kept ids (counts by distance to the maximum), in
+  // the dynamic shared memory that the sparse residual's bitmap uses later.
+  uint32_t* const fine_hist = listed;
 
   cg::cluster_group cluster = cg::this_cluster();
   const VerifyInputs& in = a.in;
@@ -997,6 +1179,250 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       return sum_over_cluster(local);
     };
 
+    // Top-p over the whole row in two or three passes over the slice, with
+    // the cluster's leader doing the selection (an exchange through one CTA
+    // instead of every CTA reading every other's histograms):
+    //  1. every CTA bins its kept ids by their distance to the maximum
+    //     (counts only; ScaledDistance); the leader sums the counts, which
+    //     bound mass(z > v) at every bin edge, and finds the few bins that
+    //     can hold the threshold. When they hold too many ids (a flat row),
+    //     a second level splits those bins finely, its pass also summing
+    //     exactly the mass of the ids above them;
+    //  2. every CTA sums exactly the mass of its ids above the candidate
+    //     bins (in registers), adds their weights to their tiles' kept sums,
+    //     and lists the candidates; the leader gathers the lists and finds
+    //     the threshold among them in four radix rounds on the order keys,
+    //     with no cluster barrier between rounds;
+    //  3. every CTA adds its listed ids at or above the threshold to their
+    //     tiles' sums, and the kept masses are summed over the cluster.
+    // Returns false, having changed nothing the caller reads, when the
+    // candidates do not fit one list or the bounds cannot exclude the first
+    // level's open-ended bin (the caller then selects on the row). On
+    // success sets the threshold and the kept mass, with kept_tile_mass
+    // filled.
+    //
+    // One level: the histogram at `scale` of the kept ids whose scaled
+    // distance is at least `offset` (the first level, `open_ended`: all,
+    // the farthest in the last bin), and the leader's candidate bins
+    // [b.fine_first, b.fine_last] with their ids' count in b.remaining.
+    auto fine_level = [&](float t, double limit, float scale, int32_t offset, bool open_ended) {
+      for (int i = tid; i < kFineBins; i += kThreads) fine_hist[i] = 0;
+      __syncthreads();
+      const float end = static_cast<float>(offset + kFineBins);
+      unsigned long long above = 0;  // ids nearer the maximum than `offset` (second level)
+      for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
+        const int32_t base = (first_tile + tile) * kMassTileIds + 4 * Lane();
+        float4 z4[kTileGroups];
+#pragma unroll
+        for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadZGroup(a, row_logits, base + 128 * k, rz);
+#pragma unroll
+        for (int k = 0; k < kTileGroups; ++k) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const float zi = Get(z4[k], q);  // -inf past the vocabulary
+            if (!Kept(zi, t)) continue;
+            if (open_ended) {
+              atomicAdd(&fine_hist[FirstLevelBin(zi, row_max)], 1u);
+              continue;
+            }
+            const float x = ScaledDistance(zi, row_max, scale);
+            if (x < static_cast<float>(offset)) {
+              above += FixedExpNonPositive(FSub(zi, row_max));
+            } else if (x < end) {
+              atomicAdd(&fine_hist[static_cast<int32_t>(x) - offset], 1u);
+            }
+          }
+        }
+      }
+      if (!open_ended) {
+        above = BlockSumU64(above, scratch);
+        if (tid == 0) slots.fine_above = above;
+      }
+      __syncthreads();
+      cluster.sync();
+      if (leader) {
+        // Thread i owns bins [8i, 8i + 8): the cluster's counts (every
+        // CTA's loads in flight at once), and bounds on the mass of the
+        // ids in the bins below each of them.
+        static_assert(kFineBinsPerThread == 8, "two 16-byte loads a CTA");
+        const int bin0 = tid * kFineBinsPerThread;
+        uint32_t count[kFineBinsPerThread] = {};
+        unsigned long long exact_above = 0;
+#pragma unroll
+        for (int c = 0; c < kMaxSplits; ++c) {
+          if (c < splits) {
+            const uint4* remote =
+                reinterpret_cast<const uint4*>(cluster.map_shared_rank(fine_hist, c) + bin0);
+            const uint4 x = remote[0], y = remote[1];
+            count[0] += x.x;
+            count[1] += x.y;
+            count[2] += x.z;
+            count[3] += x.w;
+            count[4] += y.x;
+            count[5] += y.y;
+            count[6] += y.z;
+            count[7] += y.w;
+            if (!open_ended) exact_above += cluster.map_shared_rank(&slots, c)->fine_above;
+          }
+        }
+        double below[kFineBinsPerThread], above_w[kFineBinsPerThread];
+        double lo = 0.0, hi = 0.0;
+        double near_edge = EdgeExp(offset + bin0, scale);
+#pragma unroll
+        for (int j = 0; j < kFineBinsPerThread; ++j) {
+          const double far_edge = EdgeExp(offset + bin0 + j + 1, scale);
+          // The first level's last bin also holds everything farther.
+          const bool open_bin = open_ended && bin0 + j == kFineBins - 1;
+          below[j] = open_bin ? 0.0 : count[j] * WeightBelow(far_edge);
+          above_w[j] = count[j] * WeightAbove(near_edge);
+          near_edge = far_edge;
+          lo += below[j];
+          hi += above_w[j];
+        }
+        BlockExclusiveScan2(&lo, &hi, scratch);
+        // The mass of the ids above the histogram, exact up to the double's
+        // rounding.
+        const double base = FixedToDouble(exact_above);
+        lo += base * (1.0 - 1e-12);
+        hi += base * (1.0 + 1e-12);
+        // The threshold's bin B has mass(bins < B) < limit <= mass(bins
+        // <= B): B is at least the first bin whose upper bound through it
+        // reaches the limit and at most the last whose lower bound below
+        // it stays under it.
+        int32_t first_bin = kFineBins, last_bin = -1;
+#pragma unroll
+        for (int j = 0; j < kFineBinsPerThread; ++j) {
+          if (lo < limit) last_bin = bin0 + j;
+          lo += below[j];
+          hi += above_w[j];
+          if (hi >= limit && first_bin == kFineBins) first_bin = bin0 + j;
+        }
+        first_bin = BlockMinInt(first_bin, scratch);
+        last_bin = -BlockMinInt(-last_bin, scratch);
+        if (tid == 0) {
+          slots.fine_first = first_bin;
+          slots.fine_last = last_bin;
+        }
+        __syncthreads();
+        first_bin = slots.fine_first;
+        last_bin = slots.fine_last;
+        unsigned long long candidates = 0;
+#pragma unroll
+        for (int j = 0; j < kFineBinsPerThread; ++j) {
+          if (bin0 + j >= first_bin && bin0 + j <= last_bin) candidates += count[j];
+        }
+        candidates = BlockSumU64(candidates, scratch);
+        if (tid == 0) slots.fine_count = candidates;
+      }
+      cluster.sync();
+      if (tid == 0) {
+        const ExchangeSlots* ls = cluster.map_shared_rank(&slots, 0);
+        b.fine_first = ls->fine_first;
+        b.fine_last = ls->fine_last;
+        b.remaining = ls->fine_count > kListCapacity ? kListCapacity + 1u
+                                                      : static_cast<uint32_t>(ls->fine_count);
+      }
+      __syncthreads();
+    };
+    auto top_p_on_fine_bins = [&](float t, double limit, float* threshold_out,
+                                  unsigned long long* mass_out) -> bool {
+      fine_level(t, limit, kFirstLevelScale, 0, true);
+      if (b.fine_first > b.fine_last || b.fine_last == kFineBins - 1) return false;
+      float scale = kFirstLevelScale;
+      int32_t first_x = b.fine_first, last_x = b.fine_last;  // in units of 1 / scale
+      if (b.remaining > static_cast<uint32_t>(kListCapacity)) {
+        // The second level: the first level's candidate bins, each split
+        // into 2^k (as many as kFineBins bins hold).
+        const int32_t bins = last_x - first_x + 1;
+        int k = 0;
+        while ((bins << (k + 1)) <= kFineBins) ++k;
+        if (k == 0) return false;
+        scale = kFirstLevelScale * static_cast<float>(1 << k);
+        const int32_t offset = first_x << k;
+        fine_level(t, limit, scale, offset, false);
+        if (b.fine_first > b.fine_last || b.remaining > static_cast<uint32_t>(kListCapacity)) {
+          return false;
+        }
+        first_x = offset + b.fine_first;
+        last_x = offset + b.fine_last;
+      }
+      const float first_edge = static_cast<float>(first_x);
+      const float last_end = static_cast<float>(last_x + 1);
+      // The listing pass: every id nearer the maximum than the candidate
+      // bins is kept (its weight goes to mass_above and to its tile's sum
+      // relative to the tile's maximum, which is then the tile's kept
+      // maximum); the candidates go to the list.
+      if (tid == 0) list_size = 0;
+      __syncthreads();
+      unsigned long long above = 0;
+      for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
+        const int32_t base = (first_tile + tile) * kMassTileIds + 4 * Lane();
+        const float tile_max = records[tile].max;
+        float4 z4[kTileGroups];
+#pragma unroll
+        for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadZGroup(a, row_logits, base + 128 * k, rz);
+        unsigned long long tile_sum = 0;
+#pragma unroll
+        for (int k = 0; k < kTileGroups; ++k) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const float zi = Get(z4[k], q);
+            const float x = Kept(zi, t) ? ScaledDistance(zi, row_max, scale) : -kNegInf;
+            if (x < first_edge) {
+              above += FixedExpNonPositive(FSub(zi, row_max));
+              tile_sum += FixedExpNonPositive(FSub(zi, tile_max));
+            }
+            const bool take = x >= first_edge && x < last_end;
+            const unsigned taken = __ballot_sync(0xFFFFFFFFu, take);
+            if (taken == 0) continue;
+            int32_t at = 0;
+            if (Lane() == 0) at = atomicAdd(&list_size, __popc(taken));
+            at = __shfl_sync(0xFFFFFFFFu, at, 0) + __popc(taken & ((1u << Lane()) - 1u));
+            if (take) {
+              list_z[at] = zi;
+              list_id[at] = base + 128 * k + q;
+            }
+          }
+        }
+        tile_sum = WarpSumU64(tile_sum);
+        if (Lane() == 0) list_tile_sum[tile] = tile_sum;
+      }
+      // The exchange also publishes every CTA's list to the leader.
+      const unsigned long long mass_above = sum_over_cluster(above);
+      if (leader) {
+        const float v =
+            SelectTopPOnLists(cluster, splits, list_z, &list_size,
+                              reinterpret_cast<float*>(fine_hist), row_max, limit, mass_above,
+                              scratch);
+        if (tid == 0) slots.fine_threshold = v;
+      }
+      cluster.sync();
+      if (tid == 0) b.fine_threshold = cluster.map_shared_rank(&slots, 0)->fine_threshold;
+      __syncthreads();
+      const float v = b.fine_threshold;
+      // The listed ids kept at v join their tiles' sums; a tile keeps its
+      // maximum exactly when the maximum is at least v.
+      for (int32_t i = tid; i < list_size; i += kThreads) {
+        if (!Kept(list_z[i], v)) continue;
+        const int32_t tile = (list_id[i] - c0) / kMassTileIds;
+        atomicAdd(&list_tile_sum[tile],
+                  static_cast<unsigned long long>(
+                      FixedExpNonPositive(FSub(list_z[i], records[tile].max))));
+      }
+      __syncthreads();
+      unsigned long long local = 0;
+      for (int32_t i = tid; i < my_tiles; i += kThreads) {
+        const float m = records[i].max;
+        const unsigned long long tile_mass =
+            Kept(m, v) ? TileMassAtRowMax(list_tile_sum[i], m, row_max) : 0ull;
+        kept_tile_mass[i] = tile_mass;
+        local += tile_mass;
+      }
+      *mass_out = sum_over_cluster(local);
+      *threshold_out = v;
+      return true;
+    };
+
     unsigned long long mass = b.mass;
     if (!b.greedy) {
       // Min-p: a threshold relative to the row maximum.
@@ -1031,7 +1457,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         if (listed) {
           threshold = select_top_p(true, 1, threshold, limit, -1, 0);
           mass = list_kept_mass(threshold);
-        } else {
+        } else if (!top_p_on_fine_bins(threshold, limit, &threshold, &mass)) {
           // The bucket round over the row finds the bucket of the threshold
           // (and the mass above it); its ids, when they fit, go to the lists
           // for the key rounds. The kept mass takes one more pass.
@@ -1455,13 +1881,20 @@ LaunchStatus GetDeviceInfo(DeviceInfo** info, LaunchError* error) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The kernel's dynamic shared memory: top-p's fine histogram, which the
+// sparse draft lists' bitmap (one bit per id of a CTA) reuses later.
+constexpr int64_t DynamicSmemBytes(int64_t tiles_per_cta, bool sparse) {
+  const int64_t bitmap = sparse ? tiles_per_cta * kMassTileIds / 8 : 0;
+  const int64_t fine_hist = int64_t{kFineBins} * sizeof(uint32_t);
+  return bitmap > fine_hist ? bitmap : fine_hist;
+}
+
 template <typename LogitT>
 LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_index,
                     cudaStream_t stream, LaunchError* error) {
   KernelArgs args = args_in;
   auto kernel = VerifySampleKernel<LogitT>;
-  // The sparse draft lists' bitmap: one bit per id of a CTA.
-  constexpr int64_t kMaxDynamicSmem = int64_t{kMaxTilesPerCta} * kMassTileIds / 8;
+  constexpr int64_t kMaxDynamicSmem = DynamicSmemBytes(kMaxTilesPerCta, true);
   if (!device.attributes_set[dtype_index]) {
     VERDICT_LAUNCH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(kMaxDynamicSmem)));
@@ -1478,7 +1911,7 @@ LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_ind
   const int64_t rows = args.grid_rows;
   const bool sparse = args.in.draft_probs == nullptr;
   const auto dynamic_of = [&](int64_t tiles_per_cta) {
-    return sparse ? tiles_per_cta * kMassTileIds / 8 : int64_t{0};
+    return DynamicSmemBytes(tiles_per_cta, sparse);
   };
   const int64_t min_splits = CeilDiv(tiles, kMaxTilesPerCta);
   if (min_splits > kMaxSplits) {

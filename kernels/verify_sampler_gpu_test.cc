@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -344,9 +345,8 @@ double DecisionMargin(HostVerifyStep& step, int32_t row) {
 
 // ---------------------------------------------------------------- parity
 
-void ExpectParity(const StepShape& shape) {
-  SCOPED_TRACE(shape.name);
-  HostVerifyStep step = RandomStep(shape);
+void ExpectStepParity(HostVerifyStep& step, const std::string& name) {
+  SCOPED_TRACE(name);
   const int32_t stride = 3;
   const RunResult cpu = RunOnCpu(step, stride);
   ASSERT_TRUE(cpu.status.ok()) << cpu.status;
@@ -409,8 +409,13 @@ void ExpectParity(const StepShape& shape) {
   }
   // Rounding ties are rare: a handful at most.
   EXPECT_LE(mismatches, std::max(2, in.total_q / 200));
-  std::printf("%s: %d rows, %d decisions differ (all within rounding)\n", shape.name.c_str(),
+  std::printf("%s: %d rows, %d decisions differ (all within rounding)\n", name.c_str(),
               in.total_q, mismatches);
+}
+
+void ExpectParity(const StepShape& shape) {
+  HostVerifyStep step = RandomStep(shape);
+  ExpectStepParity(step, shape.name);
 }
 
 TEST(VerifySamplerGpuTest, ParityOnRandomSteps) {
@@ -424,6 +429,116 @@ TEST(VerifySamplerGpuTest, ParityOnRandomSteps) {
   ExpectParity({.name = "151936 one request", .vocab = 151936, .requests = 1, .salt = 8});
   ExpectParity({.name = "151936 batch", .vocab = 151936, .requests = 12, .salt = 9});
   ExpectParity({.name = "many rows", .vocab = 512, .requests = 400, .salt = 10});
+}
+
+// Top-p's kept set on rows of every shape the selection meets: spread
+// (N(0, 3^2), its threshold bins fit the lists), flat (N(0, 1) and constant
+// rows, whose candidates do not fit and take the selection over the row),
+// ties at the threshold (values on a grid of 1/4), Zipf-like rows as
+// language models give, one dominant id (a kept set of one), each alone and
+// with temperature, min-p, top-k and a bitmask, at vocabularies that are and
+// are not whole tiles. Every request is one row: plain decode rows (a
+// sample from q races the kept tiles' masses) and golden rows at the ids
+// around the boundary of the kept set (their logprob is log q of that id:
+// -inf outside the set, and the kept mass inside).
+TEST(VerifySamplerGpuTest, TopPKeptSetsOnRowsOfEveryShape) {
+  struct RowShape {
+    const char* name;
+    std::function<float(std::mt19937_64&, int32_t)> logit;
+  };
+  const std::vector<RowShape> shapes = {
+      {"normal 3", [](std::mt19937_64& g, int32_t) { return std::normal_distribution<float>(0, 3)(g); }},
+      {"normal 1", [](std::mt19937_64& g, int32_t) { return std::normal_distribution<float>(0, 1)(g); }},
+      {"grid 1/4",
+       [](std::mt19937_64& g, int32_t) {
+         return std::round(4.0f * std::normal_distribution<float>(0, 3)(g)) / 4.0f;
+       }},
+      {"zipf",
+       [](std::mt19937_64& g, int32_t id) {
+         return -1.1f * std::log(1.0f + static_cast<float>((id * 7919) % 100003)) +
+                std::normal_distribution<float>(0, 0.1f)(g);
+       }},
+      {"one dominant", [](std::mt19937_64& g, int32_t id) {
+         return id == 77 ? 40.0f : std::normal_distribution<float>(0, 2)(g);
+       }},
+      {"constant", [](std::mt19937_64&, int32_t) { return 1.5f; }},
+  };
+  struct Filters {
+    const char* name;
+    float temperature, top_p, min_p;
+    int32_t top_k;
+    bool mask;
+  };
+  const std::vector<Filters> filters = {
+      {"top_p 0.9", 1.0f, 0.9f, 0.0f, 0, false},
+      {"top_p 0.95", 1.0f, 0.95f, 0.0f, 0, false},
+      {"top_p 0.5, T 0.7", 0.7f, 0.5f, 0.0f, 0, false},
+      {"top_p 0.999", 1.0f, 0.999f, 0.0f, 0, false},
+      {"top_p 0.001", 1.0f, 0.001f, 0.0f, 0, false},
+      {"top_p 0.95, min_p 0.05", 1.0f, 0.95f, 0.05f, 0, false},
+      {"top_p 0.95, top_k 50", 1.0f, 0.95f, 0.0f, 50, false},
+      {"top_p 0.8, top_k 20000", 1.0f, 0.8f, 0.0f, 20000, false},
+      {"top_p 0.9, bitmask", 1.0f, 0.9f, 0.0f, 0, true},
+  };
+  for (const int32_t vocab : {151936, 32000, 5003}) {
+    for (size_t f = 0; f < filters.size(); ++f) {
+      HostVerifyStep step(vocab, SamplerConfig{.nextn = 1});
+      std::mt19937_64 gen(1000 + vocab + f);
+      for (size_t s = 0; s < shapes.size(); ++s) {
+        std::vector<float> row(vocab);
+        for (int32_t id = 0; id < vocab; ++id) row[id] = shapes[s].logit(gen, id);
+        VerifyRequest r;
+        r.logits = {row};
+        r.temperature = filters[f].temperature;
+        r.top_p = filters[f].top_p;
+        r.min_p = filters[f].min_p;
+        r.top_k = filters[f].top_k;
+        std::vector<int32_t> allowed;
+        if (filters[f].mask) {
+          for (int32_t id = 0; id < vocab; ++id) {
+            if (gen() % 3 == 0) allowed.push_back(id);
+          }
+          r.bitmasks.push_back({0, BitmaskAllowing(vocab, allowed)});
+        }
+        // Plain decode rows, each drawing its own numbers.
+        for (int copy = 0; copy < 4; ++copy) {
+          r.seed = gen();
+          r.position = static_cast<int64_t>(gen() % 100000);
+          step.Add(r);
+        }
+        // Golden rows at the ids ranked around the kept set's size, found
+        // in double precision (ties ranked by id).
+        std::vector<int32_t> order(vocab);
+        for (int32_t id = 0; id < vocab; ++id) order[id] = id;
+        const auto allowed_id = [&](int32_t id) {
+          return !filters[f].mask || std::binary_search(allowed.begin(), allowed.end(), id);
+        };
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+        std::vector<int32_t> ranked;
+        for (const int32_t id : order) {
+          if (allowed_id(id)) ranked.push_back(id);
+        }
+        const double m = row[ranked[0]] / filters[f].temperature;
+        double total = 0;
+        for (const int32_t id : ranked) total += std::exp(row[id] / filters[f].temperature - m);
+        double above = 0;
+        size_t kept = 0;
+        while (kept < ranked.size() && above < filters[f].top_p * total) {
+          above += std::exp(row[ranked[kept]] / filters[f].temperature - m);
+          ++kept;
+        }
+        for (const size_t at : {kept - 1, kept, kept + 1, size_t{0}}) {
+          if (at >= ranked.size()) continue;
+          r.golden_token_ids = {ranked[at]};
+          r.seed = gen();
+          step.Add(r);
+        }
+        r.golden_token_ids.clear();
+      }
+      ExpectStepParity(step, absl::StrCat("V ", vocab, ", ", filters[f].name));
+    }
+  }
 }
 
 // Simulated acceptance (--simulate-acceptance): the same decisions as the CPU
