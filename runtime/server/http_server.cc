@@ -198,9 +198,9 @@ std::string PrivateDirectory() {
 // Runs `work` on a thread of its own with the process's default stack
 // (8 MiB) and returns its result. civetweb's worker threads have 100 KiB
 // stacks in Debian's build, too few for the parsers, the chat template's
-// evaluator and the tokenizer under every build (AddressSanitizer's frames
-// overflowed them on ordinary requests). A thread costs tens of
-// microseconds, next to milliseconds of generation.
+// evaluator, the tokenizer and the reply's JSON under every build
+// (AddressSanitizer's frames overflowed them on ordinary requests). A
+// thread costs tens of microseconds, next to milliseconds of generation.
 // Where no thread can be made (the process is at its limit), the work runs
 // here: the depth limit on bodies keeps it within these stacks in a plain
 // build.
@@ -213,6 +213,10 @@ auto OnAFullStack(Work work) -> decltype(work()) {
     if (!result.has_value()) result.emplace(work());
   }
   return *std::move(result);
+}
+
+absl::Status DrainingError() {
+  return absl::UnavailableError("the server is shutting down and admits no new requests");
 }
 
 uint64_t RandomSalt() {
@@ -641,21 +645,25 @@ int HttpServer::HandleTokenizer(mg_connection* conn, bool tokenize) {
 }
 
 int HttpServer::HandleGenerate(mg_connection* conn, ApiEndpoint endpoint) {
-  const absl::Status draining_error =
-      absl::UnavailableError("the server is shutting down and admits no new requests");
   {
     absl::MutexLock lock(&mu_);
-    if (draining_) return SendError(conn, draining_error);
+    if (draining_) return SendError(conn, DrainingError());
   }
   const int socket = ClientSocket(conn);
   std::string body;
   if (std::optional<int> sent = ReceiveBody(conn, socket, &body)) return *sent;
+  // Everything after the body needs more stack than a worker has: the
+  // parsers, the chat template and the tokenizer, and the reply's encoding
+  // (a body with logprobs overflowed the worker's stack in nlohmann's dump
+  // under AddressSanitizer). The worker waits for the request here.
+  return OnAFullStack([&] { return Generate(conn, endpoint, body, socket); });
+}
 
-  absl::StatusOr<ApiRequest> parsed =
-      OnAFullStack([&] {
-        return endpoint == ApiEndpoint::kChatCompletions ? api_.ParseChat(body)
-                                                         : api_.ParseCompletion(body);
-      });
+int HttpServer::Generate(mg_connection* conn, ApiEndpoint endpoint, const std::string& body,
+                         int socket) {
+  absl::StatusOr<ApiRequest> parsed = endpoint == ApiEndpoint::kChatCompletions
+                                          ? api_.ParseChat(body)
+                                          : api_.ParseCompletion(body);
   if (!parsed.ok()) return SendError(conn, parsed.status());
   ApiRequest& request = *parsed;
   LogIgnoredFields(request.ignored_fields);
@@ -666,7 +674,7 @@ int HttpServer::HandleGenerate(mg_connection* conn, ApiEndpoint endpoint) {
   auto generation = std::make_shared<Generation>();
   {
     absl::MutexLock lock(&mu_);
-    if (draining_) return SendError(conn, draining_error);
+    if (draining_) return SendError(conn, DrainingError());
     active_[id] = generation;
   }
   // The callback runs on the engine's thread: queue and return.

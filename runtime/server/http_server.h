@@ -132,6 +132,9 @@ class HttpServer {
   // Removes that path and its directory (after civetweb has stopped).
   void RemoveListenerPath();
   int HandleGenerate(mg_connection* conn, ApiEndpoint endpoint);
+  // The rest of a generation request once its body has arrived: parse,
+  // submit, serve the reply. Runs on a full stack (OnAFullStack).
+  int Generate(mg_connection* conn, ApiEndpoint endpoint, const std::string& body, int socket);
   // POST /tokenize (true) or /detokenize (false).
   int HandleTokenizer(mg_connection* conn, bool tokenize);
   // Reads the request body into `body` within the body timeout and size

@@ -5,9 +5,12 @@
 # in OUT_DIR/NAME/ and fails the script: add that file to
 # tests/fuzz/corpus/NAME/, so that `bazel test` replays it from then on.
 #
-#   tools/fuzz/run.sh [--runs N | --seconds S] [--seed K] [--out OUT_DIR] [NAME...]
+#   tools/fuzz/run.sh [--runs N | --seconds S] [--seed K] [--out OUT_DIR]
+#                     [--rss-limit-mb MB] [NAME...]
 #
-# With --runs and --seed a run is repeatable (CI uses both).
+# With --runs and --seed a run is repeatable (CI uses both). --rss-limit-mb
+# (default 2048) is libFuzzer's memory limit: http_request's long runs need
+# more, since ASan keeps about 260 bytes per thread the server starts.
 #
 # The build uses an output base of its own, so that the compiler switch does
 # not invalidate the ordinary build's cache.
@@ -17,6 +20,7 @@ runs=""
 seconds=30
 seed=0
 out=/tmp/verdict-fuzz
+rss_limit_mb=2048
 names=()
 while (($#)); do
   case "$1" in
@@ -24,6 +28,7 @@ while (($#)); do
     --seconds) seconds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
+    --rss-limit-mb) rss_limit_mb=$2; shift 2 ;;
     *) names+=("$1"); shift ;;
   esac
 done
@@ -51,7 +56,7 @@ for n in "${names[@]}"; do
   limit=(-max_total_time="$seconds")
   if [[ -n "$runs" ]]; then limit=(-runs="$runs"); fi
   echo "fuzz: $n (${limit[*]})"
-  if ! LSAN_OPTIONS="suppressions=$PWD/tests/fuzz/lsan.supp" "$bin/tests/fuzz/${n}_fuzzer" "${limit[@]}" -rss_limit_mb=2048 -max_len=65536 -seed="$seed" \
+  if ! LSAN_OPTIONS="suppressions=$PWD/tests/fuzz/lsan.supp" "$bin/tests/fuzz/${n}_fuzzer" "${limit[@]}" -rss_limit_mb="$rss_limit_mb" -max_len=65536 -seed="$seed" \
        -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" > "$work/log" 2>&1; then
     echo "fuzz: $n FAILED; the input is in $work/ (log: $work/log)" >&2
     tail -30 "$work/log" >&2
