@@ -11,6 +11,10 @@
 #   --timeout=S            kill a job still running after S seconds (default
 #                          120; under bazel, at most TEST_TIMEOUT - 15)
 #
+# Both limits are multiplied by VERDICT_TEST_TIME_SCALE (a whole number,
+# default 1), which the sanitizer configurations of .bazelrc set: their
+# builds run several times slower.
+#
 # A hung job fails the test with its output instead of hanging it.
 set -u
 
@@ -39,6 +43,11 @@ shift 2
 [[ -x $binary ]] || die "not an executable: $binary"
 [[ $binary == /* ]] || binary=$PWD/$binary
 command -v mpirun > /dev/null || die "mpirun not found on PATH"
+
+scale=${VERDICT_TEST_TIME_SCALE:-1}
+[[ $scale =~ ^[1-9][0-9]*$ ]] || die "VERDICT_TEST_TIME_SCALE must be a positive integer, got '$scale'"
+timeout_s=$(( timeout_s * scale ))
+[[ -z $max_seconds ]] || max_seconds=$(( max_seconds * scale ))
 
 # Report a hang ourselves, with the output, before bazel's own timeout kills
 # this script.

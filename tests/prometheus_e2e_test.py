@@ -40,6 +40,9 @@ from local_mpi import local_mpi_env
 
 TMP = os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp()
 OUT = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or TMP
+# Sanitized builds run several times slower (.bazelrc sets this for them):
+# the drain window stretches with them.
+TIME_SCALE = int(os.environ.get("VERDICT_TEST_TIME_SCALE", "1"))
 
 # A step costs 10 ms plus 0.4 ms per verified row (the CPU backend is in the
 # same range for the bundled model): predictions exist for every step.
@@ -205,7 +208,7 @@ def main():
         [launch, "--tp", "2", "--binary", binary, "--",
          f"--port={port}", f"--metrics-port={metrics_port}", "--cpu-threads=1",
          f"--cost-table={cost_table}", "--verify-mode=compact", "--plan-check-interval=4",
-         "--drain-seconds=10"],
+         f"--drain-seconds={10 * TIME_SCALE}"],
         stdout=serve_log, stderr=subprocess.STDOUT, env=env)
 
     prom_config = os.path.join(TMP, "prometheus.yml")
