@@ -10,7 +10,8 @@
 #
 # With --runs and --seed a run is repeatable (CI uses both). --rss-limit-mb
 # (default 2048) is libFuzzer's memory limit: http_request's long runs need
-# more, since ASan keeps about 260 bytes per thread the server starts.
+# more, since its RSS grows by about 260 bytes an execution under ASan
+# (docs/RELIABILITY.md).
 #
 # The build uses an output base of its own, so that the compiler switch does
 # not invalidate the ordinary build's cache.
