@@ -92,6 +92,17 @@ using top_p_bins::MayWeigh;
 using top_p_bins::WeightAbove;
 using top_p_bins::WeightBelow;
 constexpr int kFineListCap = kCandidateCap - kFineBins;
+// Top-p takes the histogram's candidates only where the pivot set it would
+// list otherwise has more ids than this in some CTA's part. On the H100
+// (docs/PERF.md), rows whose parts held about 1,800 ids of that set (by the
+// tail of the benchmark's normal(0, 3) logits) were faster from the pivot
+// list, and rows with about 2,500 from the histogram.
+constexpr uint32_t kFinePathMinPart = 2048;
+// And rows count the histogram only where each CTA's part of the row has at
+// least this many ids: top-p steps at V = 32000 split in 4 or 8 CTAs
+// (8,000 or 4,000 ids a part) were 10-20% slower with the histogram than
+// without it, even where it went unused (docs/PERF.md).
+constexpr int32_t kFineHistMinPart = 16384;
 // Bins per thread: CTAs run 512 or 1024 threads.
 constexpr int kMaxFineBinsPerThread = kFineBins / 512;
 
@@ -373,8 +384,12 @@ struct SoloTeam {
   GroupRange range;
   // Whether every part's ids of the near-the-top set j (kPivots: the row)
   // fit one CTA's candidate list.
+  // The most ids of set j in one CTA's part of the row.
+  __device__ uint32_t LargestPart(int j, const Shared& s, int32_t row_size) const {
+    return j < kPivots ? s.pivot_count[j] : static_cast<uint32_t>(row_size);
+  }
   __device__ bool PartsFit(int j, const Shared& s, int32_t row_size) const {
-    return (j < kPivots ? s.pivot_count[j] : static_cast<uint32_t>(row_size)) <= kCandidateCap;
+    return LargestPart(j, s, row_size) <= kCandidateCap;
   }
   __device__ Histogram NextHistogram(Shared& s) { return {s.hist_count[0], s.hist_mass[0]}; }
   __device__ Histogram Combine(const Histogram& local, bool /*with_mass*/) { return local; }
@@ -409,8 +424,11 @@ struct ClusterTeam {
 
   // Each CTA lists its own slice's candidates, so a set fits when its
   // largest slice does: the cluster holds one list per CTA.
-  __device__ bool PartsFit(int j, const Shared& /*s*/, int32_t /*row_size*/) const {
-    return x.largest_part[j] <= kCandidateCap;
+  __device__ uint32_t LargestPart(int j, const Shared& /*s*/, int32_t /*row_size*/) const {
+    return x.largest_part[j];
+  }
+  __device__ bool PartsFit(int j, const Shared& s, int32_t row_size) const {
+    return LargestPart(j, s, row_size) <= kCandidateCap;
   }
 
   __device__ Histogram NextHistogram(Shared& s) {
@@ -792,11 +810,15 @@ __device__ ListSource CopyFineCandidates(const RowSource& source, float row_max,
   return ListSource{s.candidates, s.num_candidates};
 }
 
-// Top-p's histogram of counts for a row with top-p and no top-k (else
-// null): the candidate memory's last kFineBins words.
+// Top-p's histogram of counts for a row with top-p and no top-k whose
+// CTAs hold at least kFineHistMinPart ids each (else null): the candidate
+// memory's last kFineBins words. Counting costs every id a shared-memory
+// atomic; in smaller parts the pivot set's list is short enough (the same
+// for all CTAs of a row: `ctas` is the row's).
 __device__ uint32_t* FineHistogram(bool greedy, int32_t top_k, float top_p, int32_t vocab_size,
-                                   const Shared& s) {
-  const bool on = !greedy && top_p < 1.0f && !draft_internal::TopKActive(top_k, vocab_size);
+                                   int ctas, const Shared& s) {
+  const bool on = !greedy && top_p < 1.0f && !draft_internal::TopKActive(top_k, vocab_size) &&
+                  vocab_size / ctas >= kFineHistMinPart;
   return on ? reinterpret_cast<uint32_t*>(s.candidates + kFineListCap) : nullptr;
 }
 
@@ -837,12 +859,14 @@ __device__ Scan ScanRow(const RowView& row, GroupRange range, Shared& s) {
 // Pass 2: the row's mass; with `pivots`, the nested near-the-top sets into
 // s.pivot_count/mass; with `one_hot` (greedy rows), p = one-hot at the argmax;
 // with `fine_hist`, top-p's histogram of counts of the ids with z >=
-// fine_floor there.
+// fine_floor there. The histogram is a template argument, so that rows
+// without it run a loop without its test.
+template <bool kFineHist>
 __device__ unsigned long long MassPass(const RowView& row, GroupRange range, const Scan& scan,
                                        bool pivots, bool one_hot, uint32_t* fine_hist,
                                        float fine_floor, float* probs, bool vector_probs,
                                        Shared& s) {
-  if (fine_hist != nullptr) {
+  if (kFineHist) {
     for (int i = threadIdx.x; i < kFineBins; i += Threads()) fine_hist[i] = 0;
     __syncthreads();
   }
@@ -860,7 +884,7 @@ __device__ unsigned long long MassPass(const RowView& row, GroupRange range, con
       if (4 * g + j >= row.size) continue;
       const unsigned long long w = FixedWeight(z[j], scan.row_max);
       total += w;
-      if (fine_hist != nullptr && z[j] >= fine_floor) {
+      if (kFineHist && z[j] >= fine_floor) {
         const uint32_t bin = FirstLevelBin(z[j], scan.row_max);
         if (bin < kFineBins - 1) atomicAdd(&fine_hist[bin], 1u);  // not the open bin
       }
@@ -935,7 +959,17 @@ __device__ Kept Thresholds(const RowView& row, const Scan& scan, unsigned long l
   }
   if (top_p_on) {
     const double limit = DMul(static_cast<double>(top_p), FixedToDouble(kept.mass));
-    if (!top_k_on && fine_hist != nullptr) {
+    // No id below a set whose mass reaches the limit is kept: its mass above
+    // is at least that set's. With min-p, the kept set itself (mass >=
+    // limit) bounds it too.
+    int j = 0;
+    while (j < kPivots && !(FixedToDouble(s.pivot_mass[j]) >= limit)) ++j;
+    // The histogram's candidates cost a fixed number of team barriers and
+    // a pass with an exponential per id above them; the pivot set's list
+    // costs its ids times the selection's rounds. So the histogram pays
+    // where that list would be long.
+    if (!top_k_on && fine_hist != nullptr &&
+        team.LargestPart(j, s, row.size) > kFinePathMinPart) {
       const FineCandidates bins = FineCandidateBins(fine_hist, limit, team, s);
       if (bins.fit) {
         // The threshold is a candidate: ids above the candidate bins are
@@ -948,11 +982,6 @@ __device__ Kept Thresholds(const RowView& row, const Scan& scan, unsigned long l
       }
     }
     if (!top_k_on) {
-      // No id below a set whose mass reaches the limit is kept: its mass
-      // above is at least that set's.
-      // With min-p, the kept set itself (mass >= limit) bounds it too.
-      int j = 0;
-      while (j < kPivots && !(FixedToDouble(s.pivot_mass[j]) >= limit)) ++j;
       if (team.PartsFit(j, s, row.size)) {
         list = CopyCandidates(whole, max(floor_of(j), kept.threshold), s);
         listed = true;
@@ -1047,10 +1076,14 @@ __device__ uint64_t SampleRow(const KernelArgs& a, int32_t row, Shared& s) {
   const bool greedy = temperature == 0.0f;
   const bool pivots =
       !greedy && draft_internal::FiltersActive(top_k, top_p, min_p, in.vocab_size);
-  uint32_t* const fine_hist = FineHistogram(greedy, top_k, top_p, in.vocab_size, s);
+  uint32_t* const fine_hist = FineHistogram(greedy, top_k, top_p, in.vocab_size, 1, s);
+  const float fine_floor = MinPThreshold(scan.row_max, min_p);
   const unsigned long long total =
-      MassPass(view, WholeRow(view), scan, pivots, greedy, fine_hist,
-               MinPThreshold(scan.row_max, min_p), probs, a.vector_probs, s);
+      fine_hist != nullptr
+          ? MassPass<true>(view, WholeRow(view), scan, pivots, greedy, fine_hist, fine_floor,
+                           probs, a.vector_probs, s)
+          : MassPass<false>(view, WholeRow(view), scan, pivots, greedy, nullptr, fine_floor,
+                            probs, a.vector_probs, s);
   if (greedy) {
     if (threadIdx.x == 0) {
       a.out.token_ids[row] = scan.argmax;
@@ -1186,10 +1219,13 @@ __device__ uint64_t SampleSplitRow(const KernelArgs& a, int32_t row, cg::cluster
                                                 static_cast<uint32_t>(scan.non_finite));
   }
 
-  uint32_t* const fine_hist = FineHistogram(greedy, top_k, top_p, in.vocab_size, s);
+  uint32_t* const fine_hist = FineHistogram(greedy, top_k, top_p, in.vocab_size, ctas, s);
+  const float fine_floor = MinPThreshold(scan.row_max, min_p);
   const unsigned long long slice_mass =
-      MassPass(view, slice, scan, filtered, greedy, fine_hist, MinPThreshold(scan.row_max, min_p),
-               probs, a.vector_probs, s);
+      fine_hist != nullptr ? MassPass<true>(view, slice, scan, filtered, greedy, fine_hist,
+                                            fine_floor, probs, a.vector_probs, s)
+                           : MassPass<false>(view, slice, scan, filtered, greedy, nullptr,
+                                             fine_floor, probs, a.vector_probs, s);
   if (threadIdx.x == 0) {
     x.mass.total = slice_mass;
     for (int j = 0; j < kPivots; ++j) {
