@@ -14,7 +14,10 @@
 //   3. top-k / top-p thresholds: the smallest of those nested "near the top"
 //      sets that must hold every kept id (k ids for top-k, top_p of the mass
 //      for top-p) is copied to shared memory when it fits, and the thresholds
-//      are found there; otherwise on the whole row;
+//      are found there; otherwise on the whole row. Top-p without top-k
+//      first tries the histogram of counts by distance to the maximum that
+//      pass 2 fills (kernels/top_p_bins.h): only the ids of the threshold's
+//      candidate bins are copied, with the exact mass of those above them;
 //   4. p = exp(z - max) / mass over the kept ids, written out, and the
 //      exponential race over p that picks the token.
 // Thresholds come from radix selection on order keys (four 8-bit digits):
@@ -47,6 +50,7 @@
 #include "kernels/draft_sampler_internal.h"
 #include "kernels/philox.h"
 #include "kernels/sampling_math.h"
+#include "kernels/top_p_bins.h"
 
 namespace verdict {
 namespace {
@@ -76,6 +80,31 @@ static_assert(kClusterCtas == 8, "the slot arrays below hold a cluster of the po
 // dynamic shared memory, so that two CTAs of 512 threads still share an SM.
 constexpr int kCandidateCap = 24576;
 constexpr size_t kCandidateBytes = kCandidateCap * sizeof(float);
+
+// Top-p's histogram of counts (kernels/top_p_bins.h) takes the candidate
+// memory's last kFineBins words, from pass 2 until the candidate bins are
+// found; the candidates of those bins fill at most the rest.
+using top_p_bins::EdgeExp;
+using top_p_bins::FirstLevelBin;
+using top_p_bins::kFineBins;
+using top_p_bins::kFirstLevelScale;
+using top_p_bins::MayWeigh;
+using top_p_bins::WeightAbove;
+using top_p_bins::WeightBelow;
+constexpr int kFineListCap = kCandidateCap - kFineBins;
+// Top-p takes the histogram's candidates only where the pivot set it would
+// list otherwise has more ids than this in some CTA's part. On the H100
+// (docs/PERF.md), rows whose parts held about 1,800 ids of that set (by the
+// tail of the benchmark's normal(0, 3) logits) were faster from the pivot
+// list, and rows with about 2,500 from the histogram.
+constexpr uint32_t kFinePathMinPart = 2048;
+// And rows count the histogram only where each CTA's part of the row has at
+// least this many ids: top-p steps at V = 32000 split in 4 or 8 CTAs
+// (8,000 or 4,000 ids a part) were 10-20% slower with the histogram than
+// without it, even where it went unused (docs/PERF.md).
+constexpr int32_t kFineHistMinPart = 16384;
+// Bins per thread: CTAs run 512 or 1024 threads.
+constexpr int kMaxFineBinsPerThread = kFineBins / 512;
 
 // The nested sets z >= max - d for these d; a 7th, implicit set is the row.
 // On logits as flat as normal(0, 3) over 152k ids the top_p 0.9 set reaches
@@ -120,6 +149,7 @@ struct Shared {
   float warp_f[kMaxWarps];
   int32_t warp_i[kMaxWarps];
   unsigned long long warp_u[kMaxWarps];
+  double warp_d[2][kMaxWarps];
   uint32_t warp_pivot_count[kMaxWarps][kPivots];
   unsigned long long warp_pivot_mass[kMaxWarps][kPivots];
   float result_f;
@@ -197,6 +227,33 @@ __device__ unsigned long long BlockSum(unsigned long long v, Shared& s) {
   }
   __syncthreads();
   return s.result_u;
+}
+
+// Exclusive prefix sums of two doubles over the CTA's threads, in thread
+// order.
+__device__ void BlockExclusiveScan2(double* a, double* b, Shared& s) {
+  double ia = *a, ib = *b;
+  for (int o = 1; o < 32; o <<= 1) {
+    const double ta = __shfl_up_sync(kFullMask, ia, o);
+    const double tb = __shfl_up_sync(kFullMask, ib, o);
+    if (Lane() >= o) {
+      ia += ta;
+      ib += tb;
+    }
+  }
+  if (Lane() == 31) {
+    s.warp_d[0][Warp()] = ia;
+    s.warp_d[1][Warp()] = ib;
+  }
+  __syncthreads();
+  double base_a = 0.0, base_b = 0.0;
+  for (int w = 0; w < Warp(); ++w) {
+    base_a += s.warp_d[0][w];
+    base_b += s.warp_d[1][w];
+  }
+  __syncthreads();
+  *a = base_a + ia - *a;
+  *b = base_b + ib - *b;
 }
 
 // Sums the per-thread pivot counts and masses into s.pivot_count/mass
@@ -327,14 +384,22 @@ struct SoloTeam {
   GroupRange range;
   // Whether every part's ids of the near-the-top set j (kPivots: the row)
   // fit one CTA's candidate list.
+  // The most ids of set j in one CTA's part of the row.
+  __device__ uint32_t LargestPart(int j, const Shared& s, int32_t row_size) const {
+    return j < kPivots ? s.pivot_count[j] : static_cast<uint32_t>(row_size);
+  }
   __device__ bool PartsFit(int j, const Shared& s, int32_t row_size) const {
-    return (j < kPivots ? s.pivot_count[j] : static_cast<uint32_t>(row_size)) <= kCandidateCap;
+    return LargestPart(j, s, row_size) <= kCandidateCap;
   }
   __device__ Histogram NextHistogram(Shared& s) { return {s.hist_count[0], s.hist_mass[0]}; }
   __device__ Histogram Combine(const Histogram& local, bool /*with_mass*/) { return local; }
   __device__ unsigned long long Sum(unsigned long long block_sum, Shared& /*s*/) {
     return block_sum;
   }
+  // The row's count in `bin` of the CTAs' histograms at `local`.
+  __device__ uint32_t SumCounts(const uint32_t* local, int bin) const { return local[bin]; }
+  // Until every CTA of the team is here.
+  __device__ void Barrier() const { __syncthreads(); }
 };
 
 // What a cluster team's CTAs exchange through distributed shared memory
@@ -359,8 +424,11 @@ struct ClusterTeam {
 
   // Each CTA lists its own slice's candidates, so a set fits when its
   // largest slice does: the cluster holds one list per CTA.
-  __device__ bool PartsFit(int j, const Shared& /*s*/, int32_t /*row_size*/) const {
-    return x.largest_part[j] <= kCandidateCap;
+  __device__ uint32_t LargestPart(int j, const Shared& /*s*/, int32_t /*row_size*/) const {
+    return x.largest_part[j];
+  }
+  __device__ bool PartsFit(int j, const Shared& s, int32_t row_size) const {
+    return LargestPart(j, s, row_size) <= kCandidateCap;
   }
 
   __device__ Histogram NextHistogram(Shared& s) {
@@ -389,6 +457,14 @@ struct ClusterTeam {
     __syncthreads();
     return {x.hist_count, x.hist_mass};
   }
+
+  __device__ uint32_t SumCounts(const uint32_t* local, int bin) const {
+    uint32_t count = 0;
+    const int ctas = static_cast<int>(cluster.num_blocks());
+    for (int c = 0; c < ctas; ++c) count += cluster.map_shared_rank(local, c)[bin];
+    return count;
+  }
+  __device__ void Barrier() const { cluster.sync(); }
 
   // The cluster's sum of every CTA's `block_sum` (the same in all its threads).
   __device__ unsigned long long Sum(unsigned long long block_sum, Shared& s) {
@@ -569,14 +645,15 @@ __device__ void PickTopPDigit(int shift, double limit, const Histogram& h, Share
 }
 
 // Among the source's ids with z >= kept_threshold: the smallest value v with
-// mass(z > v) < limit (draft_sampler.h), by radix selection where each bin
-// also carries its fixed-point mass.
+// above + mass(z > v) < limit (draft_sampler.h; `above`: the mass of the
+// kept ids above every id of the source, when the source is part of the
+// row), by radix selection where each bin also carries its fixed-point mass.
 template <typename Source, typename Team>
 __device__ float SelectTopP(const Source& source, float kept_threshold, float row_max,
-                            double limit, Team& team, Shared& s) {
+                            double limit, unsigned long long above, Team& team, Shared& s) {
   if (threadIdx.x == 0) {
     s.prefix = 0;
-    s.above = 0;
+    s.above = above;
   }
   __syncthreads();
   for (int shift = 24; shift >= 0; shift -= 8) {
@@ -631,6 +708,120 @@ __device__ ListSource CopyCandidates(const RowSource& source, float floor, Share
   return ListSource{s.candidates, min(s.num_candidates, kCandidateCap)};
 }
 
+// Top-p's candidate bins [first, last] of the first-level histogram
+// (kernels/top_p_bins.h), from the team's counts at `fine_hist`; `fit`:
+// there are some, and their ids fit kFineListCap.
+struct FineCandidates {
+  int32_t first;
+  int32_t last;
+  bool fit;
+};
+
+// Bounds on the fixed-point mass of `count` ids of first-level bin n.
+__device__ __forceinline__ void BinMassBounds(int n, uint32_t count, double* below,
+                                              double* above) {
+  *below = count * WeightBelow(EdgeExp(n + 1, kFirstLevelScale));
+  *above = count * WeightAbove(EdgeExp(n, kFirstLevelScale));
+}
+
+// The histogram leaves out the open-ended last bin (pass 2 does not count
+// it): the threshold weighs something, so it is never there (MayWeigh), and
+// low temperatures put most ids there, all on one shared address.
+template <typename Team>
+__device__ FineCandidates FineCandidateBins(const uint32_t* fine_hist, double limit, Team& team,
+                                            Shared& s) {
+  // Thread t owns bins [t * per, (t + 1) * per), so thread order is bin
+  // order; Threads() is 512 or 1024 (the launchers' choices), so per is 4
+  // or 2.
+  const int per = kFineBins / Threads();
+  const int bin0 = static_cast<int>(threadIdx.x) * per;
+  // The histograms are complete: pass 2 ended in a block reduction, and a
+  // cluster's CTAs exchanged their masses since.
+  uint32_t count[kMaxFineBinsPerThread] = {};
+#pragma unroll
+  for (int j = 0; j < kMaxFineBinsPerThread; ++j) {
+    if (j < per) count[j] = team.SumCounts(fine_hist, bin0 + j);
+  }
+  // Every CTA has read its peers' counts: the candidate memory is free.
+  team.Barrier();
+  // Bounds on the mass of the bins before this thread's.
+  double lo = 0.0, hi = 0.0;
+#pragma unroll
+  for (int j = 0; j < kMaxFineBinsPerThread; ++j) {
+    if (j >= per) break;
+    double below, above;
+    BinMassBounds(bin0 + j, count[j], &below, &above);
+    lo += below;
+    hi += above;
+  }
+  BlockExclusiveScan2(&lo, &hi, s);
+  // The threshold's bin B has mass(bins < B) < limit <= mass(bins <= B),
+  // holds the threshold and may weigh something.
+  int32_t first = kFineBins, last = -1;
+#pragma unroll
+  for (int j = 0; j < kMaxFineBinsPerThread; ++j) {
+    if (j >= per) break;
+    const int n = bin0 + j;
+    double below, above;
+    BinMassBounds(n, count[j], &below, &above);
+    if (lo < limit && count[j] != 0 && MayWeigh(n, kFirstLevelScale)) last = n;
+    lo += below;
+    hi += above;
+    if (hi >= limit && first == kFineBins) first = n;
+  }
+  first = BlockMin(first, s);
+  last = -BlockMin(-last, s);
+  unsigned long long candidates = 0;
+#pragma unroll
+  for (int j = 0; j < kMaxFineBinsPerThread; ++j) {
+    if (j < per && bin0 + j >= first && bin0 + j <= last) candidates += count[j];
+  }
+  candidates = BlockSum(candidates, s);
+  return FineCandidates{first, last, first <= last && candidates <= kFineListCap};
+}
+
+// Copies the z of the part's ids in the candidate bins (and at least
+// `floor`) into s.candidates, and sums into *above the team's exact mass of
+// the ids nearer the maximum than the candidate bins (all of them kept).
+template <typename Team>
+__device__ ListSource CopyFineCandidates(const RowSource& source, float row_max, float floor,
+                                         const FineCandidates& bins, unsigned long long* above,
+                                         Team& team, Shared& s) {
+  if (threadIdx.x == 0) s.num_candidates = 0;
+  __syncthreads();
+  const int lane = Lane();
+  const uint32_t first = static_cast<uint32_t>(bins.first);
+  const uint32_t last = static_cast<uint32_t>(bins.last);
+  unsigned long long mine = 0;
+  source.ForEach([&](float z, bool valid) {
+    const bool kept = valid && z >= floor;
+    const uint32_t bin = FirstLevelBin(z, row_max);
+    if (kept && bin < first) mine += FixedWeight(z, row_max);
+    const bool take = kept && bin >= first && bin <= last;
+    const unsigned taken = __ballot_sync(kFullMask, take);
+    int32_t base = 0;
+    if (lane == 0 && taken != 0) base = atomicAdd(&s.num_candidates, __popc(taken));
+    base = __shfl_sync(kFullMask, base, 0);
+    const int32_t slot = base + __popc(taken & ((1u << lane) - 1u));
+    if (take && slot < kFineListCap) s.candidates[slot] = z;  // the counts bound the slots
+  });
+  __syncthreads();
+  *above = team.Sum(BlockSum(mine, s), s);
+  return ListSource{s.candidates, s.num_candidates};
+}
+
+// Top-p's histogram of counts for a row with top-p and no top-k whose
+// CTAs hold at least kFineHistMinPart ids each (else null): the candidate
+// memory's last kFineBins words. Counting costs every id a shared-memory
+// atomic; in smaller parts the pivot set's list is short enough (the same
+// for all CTAs of a row: `ctas` is the row's).
+__device__ uint32_t* FineHistogram(bool greedy, int32_t top_k, float top_p, int32_t vocab_size,
+                                   int ctas, const Shared& s) {
+  const bool on = !greedy && top_p < 1.0f && !draft_internal::TopKActive(top_k, vocab_size) &&
+                  vocab_size / ctas >= kFineHistMinPart;
+  return on ? reinterpret_cast<uint32_t*>(s.candidates + kFineListCap) : nullptr;
+}
+
 // ---------------------------------------------------------------- passes
 
 struct Scan {
@@ -666,10 +857,19 @@ __device__ Scan ScanRow(const RowView& row, GroupRange range, Shared& s) {
 }
 
 // Pass 2: the row's mass; with `pivots`, the nested near-the-top sets into
-// s.pivot_count/mass; with `one_hot` (greedy rows), p = one-hot at the argmax.
+// s.pivot_count/mass; with `one_hot` (greedy rows), p = one-hot at the argmax;
+// with `fine_hist`, top-p's histogram of counts of the ids with z >=
+// fine_floor there. The histogram is a template argument, so that rows
+// without it run a loop without its test.
+template <bool kFineHist>
 __device__ unsigned long long MassPass(const RowView& row, GroupRange range, const Scan& scan,
-                                       bool pivots, bool one_hot, float* probs, bool vector_probs,
+                                       bool pivots, bool one_hot, uint32_t* fine_hist,
+                                       float fine_floor, float* probs, bool vector_probs,
                                        Shared& s) {
+  if (kFineHist) {
+    for (int i = threadIdx.x; i < kFineBins; i += Threads()) fine_hist[i] = 0;
+    __syncthreads();
+  }
   float near[kPivots];
 #pragma unroll
   for (int j = 0; j < kPivots; ++j) near[j] = FSub(scan.row_max, PivotDistance(j));
@@ -684,6 +884,10 @@ __device__ unsigned long long MassPass(const RowView& row, GroupRange range, con
       if (4 * g + j >= row.size) continue;
       const unsigned long long w = FixedWeight(z[j], scan.row_max);
       total += w;
+      if (kFineHist && z[j] >= fine_floor) {
+        const uint32_t bin = FirstLevelBin(z[j], scan.row_max);
+        if (bin < kFineBins - 1) atomicAdd(&fine_hist[bin], 1u);  // not the open bin
+      }
       if (pivots && z[j] >= near[kPivots - 1]) {
 #pragma unroll
         for (int q = 0; q < kPivots; ++q) {
@@ -716,7 +920,8 @@ struct Kept {
 // combine the parts.
 template <typename Team>
 __device__ Kept Thresholds(const RowView& row, const Scan& scan, unsigned long long total,
-                           int32_t top_k, float top_p, float min_p, Team& team, Shared& s) {
+                           int32_t top_k, float top_p, float min_p, const uint32_t* fine_hist,
+                           Team& team, Shared& s) {
   const bool top_k_on = draft_internal::TopKActive(top_k, row.size);
   const bool top_p_on = top_p < 1.0f;
   const float min_p_threshold = MinPThreshold(scan.row_max, min_p);
@@ -754,19 +959,36 @@ __device__ Kept Thresholds(const RowView& row, const Scan& scan, unsigned long l
   }
   if (top_p_on) {
     const double limit = DMul(static_cast<double>(top_p), FixedToDouble(kept.mass));
+    // No id below a set whose mass reaches the limit is kept: its mass above
+    // is at least that set's. With min-p, the kept set itself (mass >=
+    // limit) bounds it too.
+    int j = 0;
+    while (j < kPivots && !(FixedToDouble(s.pivot_mass[j]) >= limit)) ++j;
+    // The histogram's candidates cost a fixed number of team barriers and
+    // a pass with an exponential per id above them; the pivot set's list
+    // costs its ids times the selection's rounds. So the histogram pays
+    // where that list would be long.
+    if (!top_k_on && fine_hist != nullptr &&
+        team.LargestPart(j, s, row.size) > kFinePathMinPart) {
+      const FineCandidates bins = FineCandidateBins(fine_hist, limit, team, s);
+      if (bins.fit) {
+        // The threshold is a candidate: ids above the candidate bins are
+        // all kept, ids below none.
+        unsigned long long above = 0;
+        list = CopyFineCandidates(whole, scan.row_max, kept.threshold, bins, &above, team, s);
+        kept.threshold = SelectTopP(list, kept.threshold, scan.row_max, limit, above, team, s);
+        kept.mass = above + KeptMass(list, kept.threshold, scan.row_max, team, s);
+        return kept;
+      }
+    }
     if (!top_k_on) {
-      // No id below a set whose mass reaches the limit is kept: its mass
-      // above is at least that set's.
-      // With min-p, the kept set itself (mass >= limit) bounds it too.
-      int j = 0;
-      while (j < kPivots && !(FixedToDouble(s.pivot_mass[j]) >= limit)) ++j;
       if (team.PartsFit(j, s, row.size)) {
         list = CopyCandidates(whole, max(floor_of(j), kept.threshold), s);
         listed = true;
       }
     }
-    kept.threshold = listed ? SelectTopP(list, kept.threshold, scan.row_max, limit, team, s)
-                            : SelectTopP(whole, kept.threshold, scan.row_max, limit, team, s);
+    kept.threshold = listed ? SelectTopP(list, kept.threshold, scan.row_max, limit, 0, team, s)
+                            : SelectTopP(whole, kept.threshold, scan.row_max, limit, 0, team, s);
     kept.mass = listed ? KeptMass(list, kept.threshold, scan.row_max, team, s)
                        : KeptMass(whole, kept.threshold, scan.row_max, team, s);
   }
@@ -854,8 +1076,14 @@ __device__ uint64_t SampleRow(const KernelArgs& a, int32_t row, Shared& s) {
   const bool greedy = temperature == 0.0f;
   const bool pivots =
       !greedy && draft_internal::FiltersActive(top_k, top_p, min_p, in.vocab_size);
+  uint32_t* const fine_hist = FineHistogram(greedy, top_k, top_p, in.vocab_size, 1, s);
+  const float fine_floor = MinPThreshold(scan.row_max, min_p);
   const unsigned long long total =
-      MassPass(view, WholeRow(view), scan, pivots, greedy, probs, a.vector_probs, s);
+      fine_hist != nullptr
+          ? MassPass<true>(view, WholeRow(view), scan, pivots, greedy, fine_hist, fine_floor,
+                           probs, a.vector_probs, s)
+          : MassPass<false>(view, WholeRow(view), scan, pivots, greedy, nullptr, fine_floor,
+                            probs, a.vector_probs, s);
   if (greedy) {
     if (threadIdx.x == 0) {
       a.out.token_ids[row] = scan.argmax;
@@ -864,7 +1092,7 @@ __device__ uint64_t SampleRow(const KernelArgs& a, int32_t row, Shared& s) {
     return 0;
   }
   SoloTeam team{WholeRow(view)};
-  const Kept kept = Thresholds(view, scan, total, top_k, top_p, min_p, team, s);
+  const Kept kept = Thresholds(view, scan, total, top_k, top_p, min_p, fine_hist, team, s);
   const int32_t token = ProposalPass(view, WholeRow(view), scan, kept, in.seeds[row],
                                      in.positions[row], probs, a.vector_probs, s)
                             .id;
@@ -991,8 +1219,13 @@ __device__ uint64_t SampleSplitRow(const KernelArgs& a, int32_t row, cg::cluster
                                                 static_cast<uint32_t>(scan.non_finite));
   }
 
+  uint32_t* const fine_hist = FineHistogram(greedy, top_k, top_p, in.vocab_size, ctas, s);
+  const float fine_floor = MinPThreshold(scan.row_max, min_p);
   const unsigned long long slice_mass =
-      MassPass(view, slice, scan, filtered, greedy, probs, a.vector_probs, s);
+      fine_hist != nullptr ? MassPass<true>(view, slice, scan, filtered, greedy, fine_hist,
+                                            fine_floor, probs, a.vector_probs, s)
+                           : MassPass<false>(view, slice, scan, filtered, greedy, nullptr,
+                                             fine_floor, probs, a.vector_probs, s);
   if (threadIdx.x == 0) {
     x.mass.total = slice_mass;
     for (int j = 0; j < kPivots; ++j) {
@@ -1035,7 +1268,8 @@ __device__ uint64_t SampleSplitRow(const KernelArgs& a, int32_t row, cg::cluster
   // The thresholds' selections run on every CTA's slice and combine across
   // the cluster; without filters every id is kept.
   ClusterTeam team{slice, cluster, x.sums};
-  const Kept kept = filtered ? Thresholds(view, scan, total, top_k, top_p, min_p, team, s)
+  const Kept kept = filtered ? Thresholds(view, scan, total, top_k, top_p, min_p, fine_hist,
+                                          team, s)
                              : Kept{kNegInf, total};
   const RaceWinner slice_winner = ProposalPass(view, slice, scan, kept, in.seeds[row],
                                                in.positions[row], probs, a.vector_probs, s);

@@ -8,6 +8,7 @@
 // large).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -436,6 +437,46 @@ TEST(DraftSamplerGpuTest, ThresholdsOnTheWholeRow) {
                    std::to_string(vocab) + " flat, whole-row thresholds" + split, 0, ctas);
       ExpectParity(RandomBatch(vocab, rows, LogitShape::kTied, 700 + vocab + ctas, params),
                    std::to_string(vocab) + " tied, whole-row thresholds" + split, 0, ctas);
+    }
+  }
+}
+
+// Top-p without top-k finds its threshold's candidate bins from a
+// histogram of counts by distance to the maximum and selects among their
+// ids only. Rows from tight to nearly off, with min-p's floor, at
+// temperatures that leave most ids weighing nothing (they sit in the
+// histogram's open last bin) or spread the mass wide; a row whose maximum
+// dominates (a kept set of one id) and one whose two largest ids tie at
+// the top; on one CTA and on clusters of every size.
+TEST(DraftSamplerGpuTest, TopPFromHistogramsOfCounts) {
+  std::vector<RowParams> params;
+  for (const float t : {0.05f, 0.3f, 1.0f, 2.0f}) {
+    for (const float p : {0.1f, 0.5f, 0.9f, 0.99f, 0.999f, 0.99999f}) {
+      params.push_back({t, 0, p});
+      params.push_back({t, 0, p, 0.001f});
+    }
+  }
+  uint64_t salt = 900;
+  for (const int32_t vocab : {5003, 32000, 151936}) {
+    for (const LogitShape shape : {LogitShape::kPeaked, LogitShape::kTied}) {
+      Batch b = RandomBatch(vocab, static_cast<int32_t>(params.size()), shape, salt++, params);
+      b.logit(0, vocab / 2) = 80.0f;  // dominates its row
+      b.logit(1, 3) = 40.0f;          // two ids tie at the top
+      b.logit(1, vocab - 1) = 40.0f;
+      const std::string name = std::to_string(vocab) + " " + ShapeName(shape) + ", top-p rows";
+      ExpectParity(b, name + ", one CTA per row", 0, 1);
+      for (const int ctas : ClusterSizes()) {
+        const int32_t rows = std::min<int32_t>(b.rows(), DraftSampleClusters(ctas));
+        Batch part = b;
+        part.logits.resize(static_cast<size_t>(rows) * vocab);
+        part.temperatures.resize(rows);
+        part.top_ks.resize(rows);
+        part.top_ps.resize(rows);
+        part.min_ps.resize(rows);
+        part.seeds.resize(rows);
+        part.positions.resize(rows);
+        ExpectParity(part, name + ", clusters of " + std::to_string(ctas), 0, ctas);
+      }
     }
   }
 }

@@ -44,6 +44,7 @@
 
 #include "kernels/philox.h"
 #include "kernels/sampling_math.h"
+#include "kernels/top_p_bins.h"
 #include "kernels/verify_sampler.h"
 #include "kernels/verify_sampler_internal.h"
 #include "kernels/verify_sampler_launch.h"
@@ -123,6 +124,25 @@ struct TileRecord {
   unsigned long long sum;
 };
 
+// The kernel's dynamic shared memory, by byte offset, for `tiles` tiles per
+// CTA: TileRecord[tiles], then kept_tile_mass and list_tile_sum (uint64
+// each), list_tile_key (uint32), and last the sparse draft's bitmap (one
+// bit per id of a CTA; sparse launches only).
+struct DynamicLayout {
+  __host__ __device__ constexpr explicit DynamicLayout(int64_t tiles)
+      : kept_tile_mass(tiles * 16),
+        list_tile_sum(kept_tile_mass + tiles * 8),
+        list_tile_key(list_tile_sum + tiles * 8),
+        listed((list_tile_key + tiles * 4 + 15) / 16 * 16) {}
+  __host__ __device__ constexpr int64_t Bytes(int64_t tiles, bool sparse) const {
+    return listed + (sparse ? tiles * kMassTileIds / 8 : 0);
+  }
+  int64_t kept_tile_mass;
+  int64_t list_tile_sum;
+  int64_t list_tile_key;
+  int64_t listed;
+};
+static_assert(sizeof(TileRecord) == 16, "the layout's record size");
 
 // Per-CTA partials that the other CTAs of the cluster read (distributed
 // shared memory). Each exchange has its own slot, so one cluster barrier per
@@ -362,39 +382,18 @@ __device__ __forceinline__ uint32_t ValueBucket(float z, float row_max) {
   return d < 31.875f ? static_cast<uint32_t>(FMul(d, 8.0f)) : 255u;
 }
 
-// Top-p's histograms bin ids by their distance d = max - z to the row
-// maximum, at `scale` bins per nat (a power of two, so d * scale is exact
-// and a bin is exactly the interval [n / scale, (n + 1) / scale) of d). The
-// first level has 64 bins per nat from the maximum (bin 0 holds it;
-// everything 2047/64 or more below it goes to the last bin); a bin's
-// weights exp(-d) lie within a factor e^(1/64) of each other, so counts
-// alone bound every bin's mass to 1.6%. A second level, when the first
-// leaves too many candidates, splits the first level's candidate bins into
-// up to kFineBins finer ones.
-constexpr int kFineBins = 2048;
+// Top-p's histograms of counts by distance to the row maximum
+// (kernels/top_p_bins.h). A second level, when the first leaves too many
+// candidates, splits the first level's candidate bins into up to kFineBins
+// finer ones.
+using top_p_bins::EdgeExp;
+using top_p_bins::FirstLevelBin;
+using top_p_bins::kFineBins;
+using top_p_bins::kFirstLevelScale;
+using top_p_bins::ScaledDistance;
+using top_p_bins::WeightAbove;
+using top_p_bins::WeightBelow;
 constexpr int kFineBinsPerThread = kFineBins / 256;
-constexpr float kFirstLevelScale = 64.0f;
-__device__ __forceinline__ float ScaledDistance(float z, float row_max, float scale) {
-  return FMul(FSub(row_max, z), scale);
-}
-__device__ __forceinline__ uint32_t FirstLevelBin(float z, float row_max) {
-  const float x = ScaledDistance(z, row_max, kFirstLevelScale);
-  return x < static_cast<float>(kFineBins - 1) ? static_cast<uint32_t>(x) : kFineBins - 1u;
-}
-
-// Bounds on the fixed-point weight FixedExpNonPositive(-d) of an id whose
-// scaled distance lies in [n, n + 1), from exp(-n / scale) and exp(-(n + 1)
-// / scale) (in double): widened by far more than the exponential's few ulp
-// and the rounding to an integer.
-__device__ __forceinline__ double EdgeExp(int n, float scale) {
-  return exp(-static_cast<double>(n) / scale);
-}
-__device__ __forceinline__ double WeightBelow(double exp_far_edge) {
-  return fmax(0.0, 1099511627776.0 * exp_far_edge * (1.0 - 1e-5) - 1.0);
-}
-__device__ __forceinline__ double WeightAbove(double exp_near_edge) {
-  return 1099511627776.0 * exp_near_edge * (1.0 + 1e-5) + 1.0;
-}
 
 // Exclusive prefix sum of one 64-bit integer over the CTA's threads.
 __device__ unsigned long long BlockExclusiveScanU64(unsigned long long v, Scratch& s) {
@@ -565,6 +564,42 @@ __device__ __forceinline__ float4 LoadZGroup(const KernelArgs& a, const LogitT* 
   return make_float4(t[0], t[1], t[2], t[3]);
 }
 
+// Streams a CTA's slice of `tiles` mass tiles from `first_tile`, a tile per
+// warp: each lane loads its kTileGroups groups before visiting any of its
+// values (the loads in flight together, as in StreamTile), then
+// visit(tile, id, z) runs for each value in lockstep across the warp (so a
+// visitor may vote with __ballot_sync), ids past the vocabulary included
+// (their z is -inf). begin_tile(tile) and end_tile(tile) run around a tile's
+// values, for per-tile sums.
+template <typename LogitT, typename BeginTile, typename Visit, typename EndTile>
+__device__ __forceinline__ void StreamSliceValues(const KernelArgs& a, const LogitT* row_logits,
+                                                  const RowZ& rz, int32_t first_tile,
+                                                  int32_t tiles, BeginTile&& begin_tile,
+                                                  Visit&& visit, EndTile&& end_tile) {
+  for (int32_t tile = Warp(); tile < tiles; tile += kWarps) {
+    const int32_t base = (first_tile + tile) * kMassTileIds + 4 * Lane();
+    begin_tile(tile);
+    float4 z4[kTileGroups];
+#pragma unroll
+    for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadZGroup(a, row_logits, base + 128 * k, rz);
+#pragma unroll
+    for (int k = 0; k < kTileGroups; ++k) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) visit(tile, base + 128 * k + q, Get(z4[k], q));
+    }
+    end_tile(tile);
+  }
+}
+
+// StreamSliceValues without per-tile hooks.
+template <typename LogitT, typename Visit>
+__device__ __forceinline__ void StreamSliceValues(const KernelArgs& a, const LogitT* row_logits,
+                                                  const RowZ& rz, int32_t first_tile,
+                                                  int32_t tiles, Visit&& visit) {
+  StreamSliceValues(
+      a, row_logits, rz, first_tile, tiles, [](int32_t) {}, visit, [](int32_t) {});
+}
+
 // What one warp learns from one mass tile (every lane holds the result).
 struct TileResult {
   float max;               // kept maximum, +0 for zero, -inf if nothing is kept
@@ -681,27 +716,31 @@ __device__ TileResult StreamTile(const KernelArgs& a, const LogitT* row_logits, 
 
 template <typename LogitT>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const __grid_constant__ KernelArgs a) {
-  // [tiles_per_cta * kMassTileIds / 32]: sparse p ids (and first, for
-  // top-p, [kFineBins] counts: DynamicSmemBytes).
-  extern __shared__ __align__(16) uint32_t listed[];
-  __shared__ TileRecord records[kMaxTilesPerCta];
+  // Per-tile arrays and the sparse residual's bitmap, sized by the launch's
+  // tiles per CTA (DynamicSmemBytes): the tiles' first-pass records, their
+  // kept masses at the row maximum (the first level of a race over q), and
+  // the selections' per-tile kept sums and maxima (order keys).
+  extern __shared__ __align__(16) unsigned char dynamic_smem[];
+  const DynamicLayout layout(a.tiles_per_cta);
+  TileRecord* const records = reinterpret_cast<TileRecord*>(dynamic_smem);
+  unsigned long long* const kept_tile_mass =
+      reinterpret_cast<unsigned long long*>(dynamic_smem + layout.kept_tile_mass);
+  unsigned long long* const list_tile_sum =
+      reinterpret_cast<unsigned long long*>(dynamic_smem + layout.list_tile_sum);
+  uint32_t* const list_tile_key = reinterpret_cast<uint32_t*>(dynamic_smem + layout.list_tile_key);
+  // [tiles_per_cta * kMassTileIds / 32]: the sparse draft's listed ids.
+  uint32_t* const listed = reinterpret_cast<uint32_t*>(dynamic_smem + layout.listed);
   __shared__ ExchangeSlots slots;
   __shared__ Broadcast b;
   __shared__ Scratch scratch;
   __shared__ int32_t next_tile;  // the stream's tile counter
-  // Top-k's candidate list (ids near the row maximum) and its tiles' kept
-  // maxima (order keys) and masses.
+  // Top-k's candidate list (ids near the row maximum).
   __shared__ float list_z[kListCapacity];
   __shared__ int32_t list_id[kListCapacity];
   __shared__ int32_t list_size;
-  __shared__ uint32_t list_tile_key[kMaxTilesPerCta];
-  __shared__ unsigned long long list_tile_sum[kMaxTilesPerCta];
-  // The kept mass of each of this CTA's tiles at the row maximum, for the
-  // final kept set: the first level of a race over q.
-  __shared__ unsigned long long kept_tile_mass[kMaxTilesPerCta];
-  // Top-p's fine histogram of this CTA's kept ids (counts by distance to the maximum), in
-  // the dynamic shared memory that the sparse residual's bitmap uses later.
-  uint32_t* const fine_hist = listed;
+  // Top-p's histogram of this CTA's kept ids by distance to the maximum
+  // (and the leader's gathered candidates; the tail's staged accepts).
+  __shared__ __align__(16) uint32_t fine_hist[kFineBins];
 
   cg::cluster_group cluster = cg::this_cluster();
   const VerifyInputs& in = a.in;
@@ -1003,21 +1042,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       if (from_list) {
         for (int32_t i = tid; i < list_size; i += kThreads) add(list_z[i]);
       } else {
-        // Tile by tile per warp, a lane's groups all loaded before the
-        // histogram work on them (as in the stream).
-        for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
-          const int32_t base = (first_tile + tile) * kMassTileIds + 4 * Lane();
-          float4 z4[kTileGroups];
-#pragma unroll
-          for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadZGroup(a, row_logits, base + 128 * k, rz);
-#pragma unroll
-          for (int k = 0; k < kTileGroups; ++k) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              if (base + 128 * k + q < v_size) add(Get(z4[k], q));  // else past the vocabulary
-            }
-          }
-        }
+        StreamSliceValues(a, row_logits, rz, first_tile, my_tiles,
+                          [&](int32_t, int32_t id, float zi) {
+                            if (id < v_size) add(zi);  // else past the vocabulary
+                          });
       }
       __syncthreads();
       cluster.sync();
@@ -1111,38 +1139,34 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       return FromOrderKey(b.prefix);
     };
 
+    // Appends the lanes' (id, z) that `take` to the candidate list, one
+    // shared atomic a warp; every lane of the warp calls it together. The
+    // callers count their candidates first, so the list has room.
+    auto list_if = [&](bool take, int32_t id, float zi) {
+      const unsigned taken = __ballot_sync(0xFFFFFFFFu, take);
+      if (taken == 0) return;
+      int32_t at = 0;
+      if (Lane() == 0) at = atomicAdd(&list_size, __popc(taken));
+      at = __shfl_sync(0xFFFFFFFFu, at, 0) + __popc(taken & ((1u << Lane()) - 1u));
+      if (take) {
+        list_z[at] = zi;
+        list_id[at] = id;
+      }
+    };
+
     // The candidate list: this CTA's ids kept at `t` whose value
     // bucket is at most `bucket` (every id at least as large as the
     // bucket's), or with `only_bucket` that bucket's, with their z.
     auto build_list = [&](float t, int bucket, bool only_bucket) {
       if (tid == 0) list_size = 0;
       __syncthreads();
-      for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
-        const int32_t base = (first_tile + tile) * kMassTileIds + 4 * Lane();
-        float4 z4[kTileGroups];
-#pragma unroll
-        for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadZGroup(a, row_logits, base + 128 * k, rz);
-#pragma unroll
-        for (int k = 0; k < kTileGroups; ++k) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int32_t id = base + 128 * k + q;
-            const float zi = Get(z4[k], q);
-            const int zb = static_cast<int>(ValueBucket(zi, row_max));
-            const bool take = id < v_size && Kept(zi, t) &&
-                              (only_bucket ? zb == bucket : zb <= bucket);
-            const unsigned taken = __ballot_sync(0xFFFFFFFFu, take);
-            if (taken == 0) continue;
-            int32_t at = 0;
-            if (Lane() == 0) at = atomicAdd(&list_size, __popc(taken));
-            at = __shfl_sync(0xFFFFFFFFu, at, 0) + __popc(taken & ((1u << Lane()) - 1u));
-            if (take) {
-              list_z[at] = zi;
-              list_id[at] = id;
-            }
-          }
-        }
-      }
+      StreamSliceValues(a, row_logits, rz, first_tile, my_tiles,
+                        [&](int32_t, int32_t id, float zi) {
+                          const int zb = static_cast<int>(ValueBucket(zi, row_max));
+                          const bool take = id < v_size && Kept(zi, t) &&
+                                            (only_bucket ? zb == bucket : zb <= bucket);
+                          list_if(take, id, zi);
+                        });
       __syncthreads();
     };
     // The kept mass at t from the list, tile by tile as cluster_kept_mass
@@ -1210,30 +1234,20 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       __syncthreads();
       const float end = static_cast<float>(offset + kFineBins);
       unsigned long long above = 0;  // ids nearer the maximum than `offset` (second level)
-      for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
-        const int32_t base = (first_tile + tile) * kMassTileIds + 4 * Lane();
-        float4 z4[kTileGroups];
-#pragma unroll
-        for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadZGroup(a, row_logits, base + 128 * k, rz);
-#pragma unroll
-        for (int k = 0; k < kTileGroups; ++k) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const float zi = Get(z4[k], q);  // -inf past the vocabulary
-            if (!Kept(zi, t)) continue;
-            if (open_ended) {
-              atomicAdd(&fine_hist[FirstLevelBin(zi, row_max)], 1u);
-              continue;
-            }
-            const float x = ScaledDistance(zi, row_max, scale);
-            if (x < static_cast<float>(offset)) {
-              above += FixedExpNonPositive(FSub(zi, row_max));
-            } else if (x < end) {
-              atomicAdd(&fine_hist[static_cast<int32_t>(x) - offset], 1u);
-            }
-          }
-        }
-      }
+      StreamSliceValues(a, row_logits, rz, first_tile, my_tiles,
+                        [&](int32_t, int32_t, float zi) {  // zi: -inf past the vocabulary
+                          if (!Kept(zi, t)) return;
+                          if (open_ended) {
+                            atomicAdd(&fine_hist[FirstLevelBin(zi, row_max)], 1u);
+                            return;
+                          }
+                          const float x = ScaledDistance(zi, row_max, scale);
+                          if (x < static_cast<float>(offset)) {
+                            above += FixedExpNonPositive(FSub(zi, row_max));
+                          } else if (x < end) {
+                            atomicAdd(&fine_hist[static_cast<int32_t>(x) - offset], 1u);
+                          }
+                        });
       if (!open_ended) {
         above = BlockSumU64(above, scratch);
         if (tid == 0) slots.fine_above = above;
@@ -1355,38 +1369,51 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       if (tid == 0) list_size = 0;
       __syncthreads();
       unsigned long long above = 0;
-      for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
-        const int32_t base = (first_tile + tile) * kMassTileIds + 4 * Lane();
-        const float tile_max = records[tile].max;
-        float4 z4[kTileGroups];
-#pragma unroll
-        for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadZGroup(a, row_logits, base + 128 * k, rz);
-        unsigned long long tile_sum = 0;
-#pragma unroll
-        for (int k = 0; k < kTileGroups; ++k) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const float zi = Get(z4[k], q);
+      // The ids above are sparse in a row, but a lane that meets one would
+      // hold its warp through two exponentials at nearly every position:
+      // instead each warp queues their z in `pending` (the histogram is free
+      // now) and a full warp's worth at a time takes its exponentials.
+      float* const pending = reinterpret_cast<float*>(fine_hist) + Warp() * 64;
+      const uint32_t lanes_below = (1u << Lane()) - 1u;
+      int32_t pending_count = 0;  // warp-uniform
+      float tile_max = 0.0f;
+      unsigned long long tile_sum = 0;
+      auto weigh = [&](float zp) {
+        above += FixedExpNonPositive(FSub(zp, row_max));
+        tile_sum += FixedExpNonPositive(FSub(zp, tile_max));
+      };
+      StreamSliceValues(
+          a, row_logits, rz, first_tile, my_tiles,
+          [&](int32_t tile) {
+            tile_max = records[tile].max;
+            tile_sum = 0;
+          },
+          [&](int32_t, int32_t id, float zi) {
             const float x = Kept(zi, t) ? ScaledDistance(zi, row_max, scale) : -kNegInf;
-            if (x < first_edge) {
-              above += FixedExpNonPositive(FSub(zi, row_max));
-              tile_sum += FixedExpNonPositive(FSub(zi, tile_max));
+            const bool is_above = x < first_edge;
+            const uint32_t queued = __ballot_sync(0xFFFFFFFFu, is_above);
+            if (queued != 0) {
+              if (is_above) pending[pending_count + __popc(queued & lanes_below)] = zi;
+              pending_count += __popc(queued);
+              if (pending_count >= 32) {
+                __syncwarp();
+                weigh(pending[Lane()]);
+                __syncwarp();
+                pending_count -= 32;
+                if (Lane() < pending_count) pending[Lane()] = pending[32 + Lane()];
+                __syncwarp();
+              }
             }
-            const bool take = x >= first_edge && x < last_end;
-            const unsigned taken = __ballot_sync(0xFFFFFFFFu, take);
-            if (taken == 0) continue;
-            int32_t at = 0;
-            if (Lane() == 0) at = atomicAdd(&list_size, __popc(taken));
-            at = __shfl_sync(0xFFFFFFFFu, at, 0) + __popc(taken & ((1u << Lane()) - 1u));
-            if (take) {
-              list_z[at] = zi;
-              list_id[at] = base + 128 * k + q;
-            }
-          }
-        }
-        tile_sum = WarpSumU64(tile_sum);
-        if (Lane() == 0) list_tile_sum[tile] = tile_sum;
-      }
+            list_if(x >= first_edge && x < last_end, id, zi);
+          },
+          [&](int32_t tile) {
+            __syncwarp();
+            if (Lane() < pending_count) weigh(pending[Lane()]);
+            pending_count = 0;
+            __syncwarp();
+            tile_sum = WarpSumU64(tile_sum);
+            if (Lane() == 0) list_tile_sum[tile] = tile_sum;
+          });
       // The exchange also publishes every CTA's list to the leader.
       const unsigned long long mass_above = sum_over_cluster(above);
       if (leader) {
@@ -1793,8 +1820,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     // records when they fit: the walk over each request's rows then waits on
     // one load per request, its final row's candidate.
     const int32_t rows = in.total_q;
-    const bool staged = static_cast<int64_t>(rows) <= static_cast<int64_t>(sizeof(records));
-    uint8_t* staged_raw = reinterpret_cast<uint8_t*>(records);
+    const bool staged = static_cast<int64_t>(rows) <= static_cast<int64_t>(sizeof(fine_hist));
+    uint8_t* staged_raw = reinterpret_cast<uint8_t*>(fine_hist);
     if (staged) {
       for (int32_t r = tid; r < rows; r += kThreads) staged_raw[r] = __ldcg(out.raw_accept + r);
     }
@@ -1881,20 +1908,12 @@ LaunchStatus GetDeviceInfo(DeviceInfo** info, LaunchError* error) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The kernel's dynamic shared memory: top-p's fine histogram, which the
-// sparse draft lists' bitmap (one bit per id of a CTA) reuses later.
-constexpr int64_t DynamicSmemBytes(int64_t tiles_per_cta, bool sparse) {
-  const int64_t bitmap = sparse ? tiles_per_cta * kMassTileIds / 8 : 0;
-  const int64_t fine_hist = int64_t{kFineBins} * sizeof(uint32_t);
-  return bitmap > fine_hist ? bitmap : fine_hist;
-}
-
 template <typename LogitT>
 LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_index,
                     cudaStream_t stream, LaunchError* error) {
   KernelArgs args = args_in;
   auto kernel = VerifySampleKernel<LogitT>;
-  constexpr int64_t kMaxDynamicSmem = DynamicSmemBytes(kMaxTilesPerCta, true);
+  constexpr int64_t kMaxDynamicSmem = DynamicLayout(kMaxTilesPerCta).Bytes(kMaxTilesPerCta, true);
   if (!device.attributes_set[dtype_index]) {
     VERDICT_LAUNCH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(kMaxDynamicSmem)));
@@ -1911,7 +1930,7 @@ LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_ind
   const int64_t rows = args.grid_rows;
   const bool sparse = args.in.draft_probs == nullptr;
   const auto dynamic_of = [&](int64_t tiles_per_cta) {
-    return DynamicSmemBytes(tiles_per_cta, sparse);
+    return DynamicLayout(tiles_per_cta).Bytes(tiles_per_cta, sparse);
   };
   const int64_t min_splits = CeilDiv(tiles, kMaxTilesPerCta);
   if (min_splits > kMaxSplits) {
