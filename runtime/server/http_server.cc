@@ -15,8 +15,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -180,6 +182,47 @@ void StopCivetweb(mg_context* ctx, const sockaddr_un& listener, socklen_t length
   waker.join();
 }
 
+constexpr char kListenerDirPrefix[] = "verdict-http-";
+constexpr char kListenerSocketName[] = "civetweb.sock";
+
+// Whether nothing listens at the unix-domain socket `path` any more: a
+// connection is refused. A socket is bound a moment before it listens, so
+// only sockets bound at least a minute ago count.
+bool IsStaleListener(const std::string& path) {
+  struct stat info = {};
+  if (lstat(path.c_str(), &info) != 0 || !S_ISSOCK(info.st_mode)) return false;
+  if (time(nullptr) - info.st_mtime < 60) return false;
+  sockaddr_un name = {};
+  if (path.size() >= sizeof(name.sun_path)) return false;
+  name.sun_family = AF_UNIX;
+  std::memcpy(name.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool refused = connect(fd, reinterpret_cast<const sockaddr*>(&name), sizeof(name)) != 0 &&
+                       errno == ECONNREFUSED;
+  close(fd);
+  return refused;
+}
+
+// Removes what servers of this user that died without their teardown (a
+// SIGKILL, a crash) left in `base`: listener directories whose socket
+// nobody listens at. A live server's directory is left alone.
+void RemoveStaleListenerDirectories(const std::string& base) {
+  DIR* entries = opendir(base.c_str());
+  if (entries == nullptr) return;
+  while (const dirent* entry = readdir(entries)) {
+    if (!absl::StartsWith(entry->d_name, kListenerDirPrefix)) continue;
+    const std::string dir = absl::StrCat(base, "/", entry->d_name);
+    struct stat info = {};
+    if (lstat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode) || info.st_uid != geteuid()) {
+      continue;
+    }
+    const std::string socket_path = absl::StrCat(dir, "/", kListenerSocketName);
+    if (IsStaleListener(socket_path) && unlink(socket_path.c_str()) == 0) rmdir(dir.c_str());
+  }
+  closedir(entries);
+}
+
 // A new directory, mode 0700, for civetweb's listener: under $TMPDIR when
 // the socket's path fits there, else under /tmp; empty if none can be made.
 std::string PrivateDirectory() {
@@ -189,7 +232,8 @@ std::string PrivateDirectory() {
   if (tmpdir != nullptr && tmpdir[0] == '/' && std::strlen(tmpdir) < 60) bases.push_back(tmpdir);
   bases.push_back("/tmp");
   for (const std::string& base : bases) {
-    std::string name = base + "/verdict-http-XXXXXX";
+    RemoveStaleListenerDirectories(base);
+    std::string name = absl::StrCat(base, "/", kListenerDirPrefix, "XXXXXX");
     if (mkdtemp(name.data()) != nullptr) return name;  // mkdtemp makes it 0700
   }
   return "";
@@ -361,7 +405,7 @@ void HttpServer::TakeOverListener(const mg_context* ctx) {
   // processes can reach civetweb past the gate (an abstract name would
   // let any local user connect, around the gate's caps and deadlines).
   std::string dir = PrivateDirectory();
-  const std::string path = dir.empty() ? "" : dir + "/civetweb.sock";
+  const std::string path = dir.empty() ? "" : absl::StrCat(dir, "/", kListenerSocketName);
   sockaddr_un name = {};
   name.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof(name.sun_path)) {
@@ -398,7 +442,7 @@ void HttpServer::TakeOverListener(const mg_context* ctx) {
 void HttpServer::RemoveListenerPath() {
   absl::MutexLock lock(&listener_mu_);
   if (listener_dir_.empty()) return;
-  unlink((listener_dir_ + "/civetweb.sock").c_str());
+  unlink(absl::StrCat(listener_dir_, "/", kListenerSocketName).c_str());
   rmdir(listener_dir_.c_str());
   listener_dir_.clear();
 }

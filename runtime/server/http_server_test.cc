@@ -6,11 +6,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -1235,6 +1238,70 @@ TEST_F(HttpServerTest, CivetwebListensOnlyWhereThisUserCanReach) {
   server_->Shutdown(absl::ZeroDuration());
   EXPECT_FALSE(std::filesystem::exists(paths[0]));
   EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+// A unix-domain socket bound at `path` (left behind when `listening` is
+// false, as by a server that was killed), its file dated two minutes back;
+// the descriptor of a listening one, else -1.
+int BindSocketFile(const std::string& path, bool listening) {
+  sockaddr_un name = {};
+  name.sun_family = AF_UNIX;
+  std::memcpy(name.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  EXPECT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&name), sizeof(name)), 0) << path;
+  if (listening) EXPECT_EQ(listen(fd, 4), 0);
+  const timeval past[2] = {{time(nullptr) - 120, 0}, {time(nullptr) - 120, 0}};
+  EXPECT_EQ(utimes(path.c_str(), past), 0) << path;
+  if (listening) return fd;
+  close(fd);
+  return -1;
+}
+
+// A server killed before its teardown leaves its listener directory; the
+// next server of the same user removes it, and only it: not a live
+// server's, not a socket bound a moment ago (it may not listen yet), not
+// another name.
+TEST_F(HttpServerTest, StaleListenerDirectoriesOfKilledServersAreRemoved) {
+  char base_template[] = "/tmp/verdict-test-XXXXXX";
+  ASSERT_NE(mkdtemp(base_template), nullptr);
+  const std::string base = base_template;
+  const auto make_dir = [&](const std::string& name) {
+    const std::string dir = base + "/" + name;
+    EXPECT_TRUE(std::filesystem::create_directory(dir)) << dir;
+    return dir;
+  };
+  const std::string stale = make_dir("verdict-http-dead01");
+  BindSocketFile(stale + "/civetweb.sock", /*listening=*/false);
+  const std::string live = make_dir("verdict-http-live01");
+  const int live_fd = BindSocketFile(live + "/civetweb.sock", /*listening=*/true);
+  const std::string fresh = make_dir("verdict-http-new001");
+  BindSocketFile(fresh + "/civetweb.sock", /*listening=*/false);
+  const timeval now[2] = {{time(nullptr), 0}, {time(nullptr), 0}};
+  ASSERT_EQ(utimes((fresh + "/civetweb.sock").c_str(), now), 0);
+  const std::string other = make_dir("other-dead01");
+  BindSocketFile(other + "/civetweb.sock", /*listening=*/false);
+
+  const char* saved = std::getenv("TMPDIR");
+  const std::string saved_tmpdir = saved != nullptr ? saved : "";
+  setenv("TMPDIR", base.c_str(), 1);
+  StartServer(service_);
+  if (saved != nullptr) {
+    setenv("TMPDIR", saved_tmpdir.c_str(), 1);
+  } else {
+    unsetenv("TMPDIR");
+  }
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_TRUE(std::filesystem::exists(live + "/civetweb.sock"));
+  EXPECT_TRUE(std::filesystem::exists(fresh + "/civetweb.sock"));
+  EXPECT_TRUE(std::filesystem::exists(other + "/civetweb.sock"));
+  close(live_fd);
+  // This server's own directory is in the same base.
+  const std::vector<std::string> paths = OwnUnixListenerPaths();
+  ASSERT_THAT(paths, SizeIs(1));
+  EXPECT_EQ(std::filesystem::path(paths[0]).parent_path().parent_path().string(), base);
+  EXPECT_EQ(Fetch(port_, "GET", "/v1/models").status, 200);
+  server_->Shutdown(absl::ZeroDuration());
+  std::filesystem::remove_all(base);
 }
 
 // Abandon precedes an exit that runs no destructors: it leaves no listener
