@@ -196,7 +196,9 @@ bool IsStaleListener(const std::string& path) {
   if (path.size() >= sizeof(name.sun_path)) return false;
   name.sun_family = AF_UNIX;
   std::memcpy(name.sun_path, path.c_str(), path.size() + 1);
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Non-blocking: a live server whose backlog is full answers EAGAIN at
+  // once instead of holding this start-up.
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   const bool refused = connect(fd, reinterpret_cast<const sockaddr*>(&name), sizeof(name)) != 0 &&
                        errno == ECONNREFUSED;
