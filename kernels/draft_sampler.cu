@@ -92,17 +92,6 @@ using top_p_bins::MayWeigh;
 using top_p_bins::WeightAbove;
 using top_p_bins::WeightBelow;
 constexpr int kFineListCap = kCandidateCap - kFineBins;
-// Top-p takes the histogram's candidates only where the pivot set it would
-// list otherwise has more ids than this in some CTA's part. On the H100
-// (docs/PERF.md), rows whose parts held about 1,800 ids of that set (by the
-// tail of the benchmark's normal(0, 3) logits) were faster from the pivot
-// list, and rows with about 2,500 from the histogram.
-constexpr uint32_t kFinePathMinPart = 2048;
-// And rows count the histogram only where each CTA's part of the row has at
-// least this many ids: top-p steps at V = 32000 split in 4 or 8 CTAs
-// (8,000 or 4,000 ids a part) were 10-20% slower with the histogram than
-// without it, even where it went unused (docs/PERF.md).
-constexpr int32_t kFineHistMinPart = 16384;
 // Bins per thread: CTAs run 512 or 1024 threads.
 constexpr int kMaxFineBinsPerThread = kFineBins / 512;
 
@@ -130,6 +119,7 @@ struct KernelArgs {
   Workspace* workspace;
   bool vector_logits;  // rows start 16-byte aligned: float4 loads
   bool vector_probs;   // likewise for float4 stores of p
+  DraftTopPGates top_p_gates;
 };
 
 struct Shared {
@@ -382,12 +372,12 @@ struct Histogram {
 // A team of one CTA: its part is the whole row.
 struct SoloTeam {
   GroupRange range;
-  // Whether every part's ids of the near-the-top set j (kPivots: the row)
-  // fit one CTA's candidate list.
-  // The most ids of set j in one CTA's part of the row.
+  // The most ids of the near-the-top set j (kPivots: the row) in one CTA's
+  // part of the row.
   __device__ uint32_t LargestPart(int j, const Shared& s, int32_t row_size) const {
     return j < kPivots ? s.pivot_count[j] : static_cast<uint32_t>(row_size);
   }
+  // Whether every part's ids of set j fit one CTA's candidate list.
   __device__ bool PartsFit(int j, const Shared& s, int32_t row_size) const {
     return LargestPart(j, s, row_size) <= kCandidateCap;
   }
@@ -422,11 +412,11 @@ struct ClusterTeam {
   int histogram_turn = 0;
   int sum_turn = 0;
 
-  // Each CTA lists its own slice's candidates, so a set fits when its
-  // largest slice does: the cluster holds one list per CTA.
   __device__ uint32_t LargestPart(int j, const Shared& /*s*/, int32_t /*row_size*/) const {
     return x.largest_part[j];
   }
+  // Each CTA lists its own slice's candidates, so a set fits when its
+  // largest slice does: the cluster holds one list per CTA.
   __device__ bool PartsFit(int j, const Shared& s, int32_t row_size) const {
     return LargestPart(j, s, row_size) <= kCandidateCap;
   }
@@ -811,14 +801,13 @@ __device__ ListSource CopyFineCandidates(const RowSource& source, float row_max,
 }
 
 // Top-p's histogram of counts for a row with top-p and no top-k whose
-// CTAs hold at least kFineHistMinPart ids each (else null): the candidate
-// memory's last kFineBins words. Counting costs every id a shared-memory
-// atomic; in smaller parts the pivot set's list is short enough (the same
-// for all CTAs of a row: `ctas` is the row's).
+// `ctas` CTAs hold about gates.min_part_ids ids or more each (else null):
+// the candidate memory's last kFineBins words. The same for every CTA of a
+// row.
 __device__ uint32_t* FineHistogram(bool greedy, int32_t top_k, float top_p, int32_t vocab_size,
-                                   int ctas, const Shared& s) {
+                                   int ctas, const DraftTopPGates& gates, const Shared& s) {
   const bool on = !greedy && top_p < 1.0f && !draft_internal::TopKActive(top_k, vocab_size) &&
-                  vocab_size / ctas >= kFineHistMinPart;
+                  vocab_size / ctas >= gates.min_part_ids;
   return on ? reinterpret_cast<uint32_t*>(s.candidates + kFineListCap) : nullptr;
 }
 
@@ -921,7 +910,7 @@ struct Kept {
 template <typename Team>
 __device__ Kept Thresholds(const RowView& row, const Scan& scan, unsigned long long total,
                            int32_t top_k, float top_p, float min_p, const uint32_t* fine_hist,
-                           Team& team, Shared& s) {
+                           uint32_t fine_min_list_ids, Team& team, Shared& s) {
   const bool top_k_on = draft_internal::TopKActive(top_k, row.size);
   const bool top_p_on = top_p < 1.0f;
   const float min_p_threshold = MinPThreshold(scan.row_max, min_p);
@@ -966,10 +955,11 @@ __device__ Kept Thresholds(const RowView& row, const Scan& scan, unsigned long l
     while (j < kPivots && !(FixedToDouble(s.pivot_mass[j]) >= limit)) ++j;
     // The histogram's candidates cost a fixed number of team barriers and
     // a pass with an exponential per id above them; the pivot set's list
-    // costs its ids times the selection's rounds. So the histogram pays
-    // where that list would be long.
+    // costs its ids times the selection's rounds. So (by that reasoning, and
+    // the benchmark's best gate) the histogram is taken where the list
+    // would be long.
     if (!top_k_on && fine_hist != nullptr &&
-        team.LargestPart(j, s, row.size) > kFinePathMinPart) {
+        team.LargestPart(j, s, row.size) > fine_min_list_ids) {
       const FineCandidates bins = FineCandidateBins(fine_hist, limit, team, s);
       if (bins.fit) {
         // The threshold is a candidate: ids above the candidate bins are
@@ -1076,7 +1066,8 @@ __device__ uint64_t SampleRow(const KernelArgs& a, int32_t row, Shared& s) {
   const bool greedy = temperature == 0.0f;
   const bool pivots =
       !greedy && draft_internal::FiltersActive(top_k, top_p, min_p, in.vocab_size);
-  uint32_t* const fine_hist = FineHistogram(greedy, top_k, top_p, in.vocab_size, 1, s);
+  uint32_t* const fine_hist =
+      FineHistogram(greedy, top_k, top_p, in.vocab_size, 1, a.top_p_gates, s);
   const float fine_floor = MinPThreshold(scan.row_max, min_p);
   const unsigned long long total =
       fine_hist != nullptr
@@ -1092,7 +1083,8 @@ __device__ uint64_t SampleRow(const KernelArgs& a, int32_t row, Shared& s) {
     return 0;
   }
   SoloTeam team{WholeRow(view)};
-  const Kept kept = Thresholds(view, scan, total, top_k, top_p, min_p, fine_hist, team, s);
+  const Kept kept = Thresholds(view, scan, total, top_k, top_p, min_p, fine_hist,
+                               a.top_p_gates.min_list_ids, team, s);
   const int32_t token = ProposalPass(view, WholeRow(view), scan, kept, in.seeds[row],
                                      in.positions[row], probs, a.vector_probs, s)
                             .id;
@@ -1219,7 +1211,8 @@ __device__ uint64_t SampleSplitRow(const KernelArgs& a, int32_t row, cg::cluster
                                                 static_cast<uint32_t>(scan.non_finite));
   }
 
-  uint32_t* const fine_hist = FineHistogram(greedy, top_k, top_p, in.vocab_size, ctas, s);
+  uint32_t* const fine_hist =
+      FineHistogram(greedy, top_k, top_p, in.vocab_size, ctas, a.top_p_gates, s);
   const float fine_floor = MinPThreshold(scan.row_max, min_p);
   const unsigned long long slice_mass =
       fine_hist != nullptr ? MassPass<true>(view, slice, scan, filtered, greedy, fine_hist,
@@ -1269,7 +1262,7 @@ __device__ uint64_t SampleSplitRow(const KernelArgs& a, int32_t row, cg::cluster
   // the cluster; without filters every id is kept.
   ClusterTeam team{slice, cluster, x.sums};
   const Kept kept = filtered ? Thresholds(view, scan, total, top_k, top_p, min_p, fine_hist,
-                                          team, s)
+                                          a.top_p_gates.min_list_ids, team, s)
                              : Kept{kNegInf, total};
   const RaceWinner slice_winner = ProposalPass(view, slice, scan, kept, in.seeds[row],
                                                in.positions[row], probs, a.vector_probs, s);
@@ -1402,7 +1395,7 @@ int DraftSampleCtasPerRow(int rows, int max_ctas_per_row) {
 }
 
 absl::Status DraftSampleCuda(const DraftSampleInputs& in, DraftSampleOutputs* out, void* workspace,
-                             cudaStream_t stream, int max_ctas_per_row) {
+                             cudaStream_t stream, int max_ctas_per_row, DraftTopPGates gates) {
   if (absl::Status shape = draft_internal::CheckShape(in, out); !shape.ok()) return shape;
   if (out->error == nullptr || workspace == nullptr) {
     return absl::InvalidArgumentError(
@@ -1413,6 +1406,7 @@ absl::Status DraftSampleCuda(const DraftSampleInputs& in, DraftSampleOutputs* ou
   args.in = in;
   args.out = *out;
   args.workspace = static_cast<Workspace*>(workspace);
+  args.top_p_gates = gates;
   const int grid_rows = std::max(in.num_rows, 1);
   args.vector_logits = in.vocab_size % 4 == 0 && Aligned16(in.logits);
   args.vector_probs = in.vocab_size % 4 == 0 && Aligned16(out->probs);

@@ -98,9 +98,24 @@ inline constexpr int64_t kDraftSampleWorkspaceBytes = 16;
 // CTA, sooner (docs/PERF.md, draft sampler). `max_ctas_per_row` 1 keeps one
 // CTA per row (benchmarks and tests compare the sizes).
 inline constexpr int kDraftMaxCtasPerRow = 8;
+
+// Where top-p without top-k finds its threshold from a histogram of counts
+// by distance to the maximum (docs/PERF.md, draft sampler): rows whose CTAs
+// hold at least `min_part_ids` ids each count it (counting costs every
+// counted id a shared-memory atomic), and a counted row takes the
+// histogram's candidates where the list of the pivot set it would take
+// otherwise exceeds `min_list_ids` ids in some CTA's part. Every choice
+// gives the same bits; the defaults are the benchmark's best, and the
+// parity tests also run with both at 0 (the histogram on every top-p row).
+struct DraftTopPGates {
+  int32_t min_part_ids = 16384;
+  uint32_t min_list_ids = 2048;
+};
+
 absl::Status DraftSampleCuda(const DraftSampleInputs& inputs, DraftSampleOutputs* outputs,
                              void* workspace, cudaStream_t stream,
-                             int max_ctas_per_row = kDraftMaxCtasPerRow);
+                             int max_ctas_per_row = kDraftMaxCtasPerRow,
+                             DraftTopPGates gates = {});
 
 // The CTAs per row of a launch of `rows` rows on the current device: the
 // largest cluster size (8, 4 or 2, at most `max_ctas_per_row`) of which the

@@ -196,9 +196,9 @@ Result RunOnCpu(const Batch& b) {
 }
 
 // `offset` shifts the device logits and p by that many floats;
-// `max_ctas_per_row` is the launcher's (1: one CTA per row).
+// `max_ctas_per_row` and `gates` are the launcher's (1: one CTA per row).
 Result RunOnGpu(const Batch& b, Workspace& workspace, size_t offset = 0,
-                int max_ctas_per_row = kDraftMaxCtasPerRow) {
+                int max_ctas_per_row = kDraftMaxCtasPerRow, DraftTopPGates gates = {}) {
   const size_t cells = static_cast<size_t>(b.rows()) * b.vocab;
   DeviceArray<float> logits(b.logits, offset);
   DeviceArray<float> temperatures(b.temperatures);
@@ -221,7 +221,7 @@ Result RunOnGpu(const Batch& b, Workspace& workspace, size_t offset = 0,
                              min_ps.get()};
   DraftSampleOutputs out{tokens.get(), probs.get(), signals.get(), error.get()};
   Result r;
-  r.status = DraftSampleCuda(in, &out, workspace.get(), nullptr, max_ctas_per_row);
+  r.status = DraftSampleCuda(in, &out, workspace.get(), nullptr, max_ctas_per_row, gates);
   if (r.status.ok()) r.status = ReadDraftSampleError(out, nullptr);
   CheckCuda(cudaDeviceSynchronize(), "kernel");
   r.tokens = tokens.Download();
@@ -241,12 +241,12 @@ std::string Describe(const Batch& b, int32_t row) {
 
 // Tokens, p and signals bit for bit; at most one failure message per row.
 void ExpectParity(const Batch& b, const std::string& name, size_t offset = 0,
-                  int max_ctas_per_row = kDraftMaxCtasPerRow) {
+                  int max_ctas_per_row = kDraftMaxCtasPerRow, DraftTopPGates gates = {}) {
   SCOPED_TRACE(name);
   const Result cpu = RunOnCpu(b);
   ASSERT_TRUE(cpu.status.ok()) << cpu.status;
   Workspace workspace;
-  const Result gpu = RunOnGpu(b, workspace, offset, max_ctas_per_row);
+  const Result gpu = RunOnGpu(b, workspace, offset, max_ctas_per_row, gates);
   ASSERT_TRUE(gpu.status.ok()) << gpu.status;
   int bad_rows = 0;
   for (int32_t row = 0; row < b.rows(); ++row) {
@@ -447,8 +447,11 @@ TEST(DraftSamplerGpuTest, ThresholdsOnTheWholeRow) {
 // temperatures that leave most ids weighing nothing (they sit in the
 // histogram's open last bin) or spread the mass wide; a row whose maximum
 // dominates (a kept set of one id) and one whose two largest ids tie at
-// the top; on one CTA and on clusters of every size.
+// the top; on one CTA and on clusters of every size. Each batch runs with
+// the launcher's gates and with both at 0, so that every top-p row counts
+// and takes the histogram's candidates wherever they fit.
 TEST(DraftSamplerGpuTest, TopPFromHistogramsOfCounts) {
+  const DraftTopPGates always{0, 0};
   std::vector<RowParams> params;
   for (const float t : {0.05f, 0.3f, 1.0f, 2.0f}) {
     for (const float p : {0.1f, 0.5f, 0.9f, 0.99f, 0.999f, 0.99999f}) {
@@ -465,6 +468,7 @@ TEST(DraftSamplerGpuTest, TopPFromHistogramsOfCounts) {
       b.logit(1, vocab - 1) = 40.0f;
       const std::string name = std::to_string(vocab) + " " + ShapeName(shape) + ", top-p rows";
       ExpectParity(b, name + ", one CTA per row", 0, 1);
+      ExpectParity(b, name + ", one CTA per row, histogram always", 0, 1, always);
       for (const int ctas : ClusterSizes()) {
         const int32_t rows = std::min<int32_t>(b.rows(), DraftSampleClusters(ctas));
         Batch part = b;
@@ -476,6 +480,8 @@ TEST(DraftSamplerGpuTest, TopPFromHistogramsOfCounts) {
         part.seeds.resize(rows);
         part.positions.resize(rows);
         ExpectParity(part, name + ", clusters of " + std::to_string(ctas), 0, ctas);
+        ExpectParity(part, name + ", clusters of " + std::to_string(ctas) + ", histogram always",
+                     0, ctas, always);
       }
     }
   }
