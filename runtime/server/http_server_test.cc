@@ -16,8 +16,10 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -1265,6 +1267,26 @@ TEST_F(HttpServerTest, StaleListenerDirectoriesOfKilledServersAreRemoved) {
   char base_template[] = "/tmp/verdict-test-XXXXXX";
   ASSERT_NE(mkdtemp(base_template), nullptr);
   const std::string base = base_template;
+  int live_fd = -1;
+  // Whatever fails below: TMPDIR back, the listening socket closed and the
+  // folder gone, after the server's shutdown (no thread of it reads the
+  // environment while it changes).
+  const char* saved = std::getenv("TMPDIR");
+  const std::optional<std::string> saved_tmpdir =
+      saved != nullptr ? std::optional<std::string>(saved) : std::nullopt;
+  struct Cleanup {
+    std::function<void()> run;
+    ~Cleanup() { run(); }
+  } cleanup{[&] {
+    if (server_ != nullptr) server_->Shutdown(absl::ZeroDuration());
+    if (saved_tmpdir.has_value()) {
+      setenv("TMPDIR", saved_tmpdir->c_str(), 1);
+    } else {
+      unsetenv("TMPDIR");
+    }
+    if (live_fd >= 0) close(live_fd);
+    std::filesystem::remove_all(base);
+  }};
   const auto make_dir = [&](const std::string& name) {
     const std::string dir = base + "/" + name;
     EXPECT_TRUE(std::filesystem::create_directory(dir)) << dir;
@@ -1273,7 +1295,7 @@ TEST_F(HttpServerTest, StaleListenerDirectoriesOfKilledServersAreRemoved) {
   const std::string stale = make_dir("verdict-http-dead01");
   BindSocketFile(stale + "/civetweb.sock", /*listening=*/false);
   const std::string live = make_dir("verdict-http-live01");
-  const int live_fd = BindSocketFile(live + "/civetweb.sock", /*listening=*/true);
+  live_fd = BindSocketFile(live + "/civetweb.sock", /*listening=*/true);
   const std::string fresh = make_dir("verdict-http-new001");
   BindSocketFile(fresh + "/civetweb.sock", /*listening=*/false);
   const timeval now[2] = {{time(nullptr), 0}, {time(nullptr), 0}};
@@ -1281,27 +1303,19 @@ TEST_F(HttpServerTest, StaleListenerDirectoriesOfKilledServersAreRemoved) {
   const std::string other = make_dir("other-dead01");
   BindSocketFile(other + "/civetweb.sock", /*listening=*/false);
 
-  const char* saved = std::getenv("TMPDIR");
-  const std::string saved_tmpdir = saved != nullptr ? saved : "";
   setenv("TMPDIR", base.c_str(), 1);
   StartServer(service_);
-  if (saved != nullptr) {
-    setenv("TMPDIR", saved_tmpdir.c_str(), 1);
-  } else {
-    unsetenv("TMPDIR");
-  }
   EXPECT_FALSE(std::filesystem::exists(stale));
   EXPECT_TRUE(std::filesystem::exists(live + "/civetweb.sock"));
   EXPECT_TRUE(std::filesystem::exists(fresh + "/civetweb.sock"));
   EXPECT_TRUE(std::filesystem::exists(other + "/civetweb.sock"));
   close(live_fd);
+  live_fd = -1;
   // This server's own directory is in the same base.
   const std::vector<std::string> paths = OwnUnixListenerPaths();
   ASSERT_THAT(paths, SizeIs(1));
   EXPECT_EQ(std::filesystem::path(paths[0]).parent_path().parent_path().string(), base);
   EXPECT_EQ(Fetch(port_, "GET", "/v1/models").status, 200);
-  server_->Shutdown(absl::ZeroDuration());
-  std::filesystem::remove_all(base);
 }
 
 // Abandon precedes an exit that runs no destructors: it leaves no listener
