@@ -23,7 +23,9 @@ TEST(GemmCpuTest, RowMajorActivationsTimesTransposedWeights) {
 }
 
 TEST(GemmCpuTest, ThreadsGiveTheSameBits) {
-  const int m = 5, n = 300, k = 1031;
+  // 16.5 million multiply-adds: enough work for GemmCpu to use all 7 threads
+  // (it takes one per 2^21).
+  const int m = 16, n = 1000, k = 1031;
   std::vector<float> a(m * k), w(static_cast<size_t>(n) * k), bias(n);
   for (size_t i = 0; i < a.size(); ++i) a[i] = 0.001f * static_cast<float>((i * 37) % 101) - 0.05f;
   for (size_t i = 0; i < w.size(); ++i) w[i] = 0.002f * static_cast<float>((i * 53) % 97) - 0.09f;
