@@ -50,6 +50,7 @@
 #include "kernels/draft_sampler_internal.h"
 #include "kernels/philox.h"
 #include "kernels/sampling_math.h"
+#include "kernels/block_scan.cuh"
 #include "kernels/top_p_bins.h"
 
 namespace verdict {
@@ -217,33 +218,6 @@ __device__ unsigned long long BlockSum(unsigned long long v, Shared& s) {
   }
   __syncthreads();
   return s.result_u;
-}
-
-// Exclusive prefix sums of two doubles over the CTA's threads, in thread
-// order.
-__device__ void BlockExclusiveScan2(double* a, double* b, Shared& s) {
-  double ia = *a, ib = *b;
-  for (int o = 1; o < 32; o <<= 1) {
-    const double ta = __shfl_up_sync(kFullMask, ia, o);
-    const double tb = __shfl_up_sync(kFullMask, ib, o);
-    if (Lane() >= o) {
-      ia += ta;
-      ib += tb;
-    }
-  }
-  if (Lane() == 31) {
-    s.warp_d[0][Warp()] = ia;
-    s.warp_d[1][Warp()] = ib;
-  }
-  __syncthreads();
-  double base_a = 0.0, base_b = 0.0;
-  for (int w = 0; w < Warp(); ++w) {
-    base_a += s.warp_d[0][w];
-    base_b += s.warp_d[1][w];
-  }
-  __syncthreads();
-  *a = base_a + ia - *a;
-  *b = base_b + ib - *b;
 }
 
 // Sums the per-thread pivot counts and masses into s.pivot_count/mass
@@ -744,7 +718,7 @@ __device__ FineCandidates FineCandidateBins(const uint32_t* fine_hist, double li
     lo += below;
     hi += above;
   }
-  BlockExclusiveScan2(&lo, &hi, s);
+  BlockExclusiveScan2(&lo, &hi, s.warp_d[0], s.warp_d[1]);
   // The threshold's bin B has mass(bins < B) < limit <= mass(bins <= B),
   // holds the threshold and may weigh something.
   int32_t first = kFineBins, last = -1;

@@ -44,6 +44,7 @@
 
 #include "kernels/philox.h"
 #include "kernels/sampling_math.h"
+#include "kernels/block_scan.cuh"
 #include "kernels/top_p_bins.h"
 #include "kernels/verify_sampler.h"
 #include "kernels/verify_sampler_internal.h"
@@ -297,37 +298,6 @@ __device__ unsigned long long BlockSumU64(unsigned long long v, Scratch& s) {
   }
   __syncthreads();
   return v;
-}
-
-// Exclusive prefix sums of two doubles over the CTA's threads, in thread
-// order (the same order, so the same roundings, in every CTA).
-__device__ void BlockExclusiveScan2(double* lo, double* hi, Scratch& s) {
-  double a = *lo, b = *hi;
-  for (int o = 1; o < 32; o <<= 1) {
-    const double oa = __shfl_up_sync(0xFFFFFFFFu, a, o);
-    const double ob = __shfl_up_sync(0xFFFFFFFFu, b, o);
-    if (Lane() >= o) {
-      a += oa;
-      b += ob;
-    }
-  }
-  if (Lane() == 31) {
-    s.lo[Warp()] = a;
-    s.hi[Warp()] = b;
-  }
-  __syncthreads();
-  double base_a = 0.0, base_b = 0.0;
-  for (int w = 0; w < Warp(); ++w) {
-    base_a += s.lo[w];
-    base_b += s.hi[w];
-  }
-  // This thread's exclusive sums: the inclusive sums of the lane before.
-  double ea = __shfl_up_sync(0xFFFFFFFFu, a, 1);
-  double eb = __shfl_up_sync(0xFFFFFFFFu, b, 1);
-  if (Lane() == 0) ea = eb = 0.0;
-  *lo = base_a + ea;
-  *hi = base_b + eb;
-  __syncthreads();
 }
 
 __device__ void ReportError(Workspace* ws, uint64_t key) {
@@ -1293,7 +1263,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
           lo += below[j];
           hi += above_w[j];
         }
-        BlockExclusiveScan2(&lo, &hi, scratch);
+        BlockExclusiveScan2(&lo, &hi, scratch.lo, scratch.hi);
         // The mass of the ids above the histogram, exact up to the double's
         // rounding.
         const double base = FixedToDouble(exact_above);
