@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -184,16 +185,51 @@ void StopCivetweb(mg_context* ctx, const sockaddr_un& listener, socklen_t length
 
 constexpr char kListenerDirPrefix[] = "verdict-http-";
 constexpr char kListenerSocketName[] = "civetweb.sock";
+// Each server holds an flock on this file of its listener directory for as
+// long as the directory is its own; the kernel releases it when the process
+// dies, however it dies, so a lock nobody holds means a dead server.
+constexpr char kListenerLockName[] = "lock";
 
-// Whether nothing listens at the unix-domain socket `path` any more: a
-// connection is refused. A socket is bound a moment before it listens, so
-// only sockets bound at least a minute ago count.
-bool IsStaleListener(const std::string& path) {
+// Creates and locks the lock file of the new listener directory `dir`; its
+// descriptor, or -1. The file is locked under another name and only then
+// renamed into place, so a sweeper never finds an unlocked lock file in a
+// live server's directory.
+int LockListenerDirectory(const std::string& dir) {
+  const std::string staging = absl::StrCat(dir, "/", kListenerLockName, ".new");
+  const int fd = open(staging.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+      rename(staging.c_str(), absl::StrCat(dir, "/", kListenerLockName).c_str()) == 0) {
+    return fd;
+  }
+  unlink(staging.c_str());
+  close(fd);
+  return -1;
+}
+
+// Whether the server that held the lock file `lock` is gone: the lock can
+// be taken, and the file is still linked (a sweeper that took the lock
+// first has not removed the directory already).
+bool LockOwnerIsGone(int lock) {
   struct stat info = {};
-  if (lstat(path.c_str(), &info) != 0 || !S_ISSOCK(info.st_mode)) return false;
+  return flock(lock, LOCK_EX | LOCK_NB) == 0 && fstat(lock, &info) == 0 && info.st_nlink > 0;
+}
+
+// Whether nothing listens at the socket in the listener directory `dir`
+// (a descriptor) any more: a connection is refused. A socket is bound a
+// moment before it listens, so only sockets bound at least a minute ago
+// count. The rule for directories without a lock file.
+bool HasStaleSocket(int dir) {
+  struct stat info = {};
+  if (fstatat(dir, kListenerSocketName, &info, AT_SYMLINK_NOFOLLOW) != 0 ||
+      !S_ISSOCK(info.st_mode)) {
+    return false;
+  }
   if (time(nullptr) - info.st_mtime < 60) return false;
+  // The socket's path through the opened directory, not through its name,
+  // which may have been swapped since; it fits in sun_path.
+  const std::string path = absl::StrCat("/proc/self/fd/", dir, "/", kListenerSocketName);
   sockaddr_un name = {};
-  if (path.size() >= sizeof(name.sun_path)) return false;
   name.sun_family = AF_UNIX;
   std::memcpy(name.sun_path, path.c_str(), path.size() + 1);
   // Non-blocking: a live server whose backlog is full answers EAGAIN at
@@ -207,27 +243,47 @@ bool IsStaleListener(const std::string& path) {
 }
 
 // Removes what servers of this user that died without their teardown (a
-// SIGKILL, a crash) left in `base`: listener directories whose socket
-// nobody listens at. A live server's directory is left alone.
+// SIGKILL, a crash) left in `base`: listener directories whose lock file
+// nobody holds. One whose lock is held is a live server's and is kept,
+// however old its socket (its server may be stalled before it listens).
+// A directory without a lock file is a server's from before the lock (or
+// one's about to take it, with no socket yet): it goes when its socket
+// refuses a connection and was bound over a minute ago. Everything below
+// goes through descriptors, so a name swapped for a symlink meanwhile
+// cannot redirect a removal, and no symlink is followed.
 void RemoveStaleListenerDirectories(const std::string& base) {
   DIR* entries = opendir(base.c_str());
   if (entries == nullptr) return;
+  const int base_fd = dirfd(entries);
   while (const dirent* entry = readdir(entries)) {
     if (!absl::StartsWith(entry->d_name, kListenerDirPrefix)) continue;
-    const std::string dir = absl::StrCat(base, "/", entry->d_name);
+    // Fails on a symlink (O_NOFOLLOW) and on anything but a directory.
+    const int dir = openat(base_fd, entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dir < 0) continue;
     struct stat info = {};
-    if (lstat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode) || info.st_uid != geteuid()) {
-      continue;
+    if (fstat(dir, &info) == 0 && info.st_uid == geteuid()) {
+      // O_NONBLOCK: a FIFO by that name cannot hold the sweep up.
+      const int lock =
+          openat(dir, kListenerLockName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+      const bool dead = lock >= 0 ? LockOwnerIsGone(lock) : errno == ENOENT && HasStaleSocket(dir);
+      if (dead) {
+        unlinkat(dir, kListenerSocketName, 0);
+        unlinkat(dir, kListenerLockName, 0);
+        unlinkat(base_fd, entry->d_name, AT_REMOVEDIR);  // only if empty
+      }
+      // Released only now: a sweeper racing this one finds the lock held,
+      // or the lock file gone, and keeps its hands off.
+      if (lock >= 0) close(lock);
     }
-    const std::string socket_path = absl::StrCat(dir, "/", kListenerSocketName);
-    if (IsStaleListener(socket_path) && unlink(socket_path.c_str()) == 0) rmdir(dir.c_str());
+    close(dir);
   }
   closedir(entries);
 }
 
-// A new directory, mode 0700, for civetweb's listener: under $TMPDIR when
-// the socket's path fits there, else under /tmp; empty if none can be made.
-std::string PrivateDirectory() {
+// A new directory, mode 0700, for civetweb's listener, with its lock taken
+// (the descriptor in `lock_fd`): under $TMPDIR when the socket's path fits
+// there, else under /tmp; empty if none can be made.
+std::string PrivateDirectory(int* lock_fd) {
   const char* tmpdir = std::getenv("TMPDIR");
   std::vector<std::string> bases;
   // Room for "/verdict-http-XXXXXX/civetweb.sock" within sun_path (108).
@@ -236,7 +292,10 @@ std::string PrivateDirectory() {
   for (const std::string& base : bases) {
     RemoveStaleListenerDirectories(base);
     std::string name = absl::StrCat(base, "/", kListenerDirPrefix, "XXXXXX");
-    if (mkdtemp(name.data()) != nullptr) return name;  // mkdtemp makes it 0700
+    if (mkdtemp(name.data()) == nullptr) continue;  // mkdtemp makes it 0700
+    *lock_fd = LockListenerDirectory(name);
+    if (*lock_fd >= 0) return name;
+    rmdir(name.c_str());
   }
   return "";
 }
@@ -373,6 +432,7 @@ absl::Status HttpServer::Start() {
   mg_error_data error = {&error_code, error_text, sizeof(error_text)};
   ctx_ = mg_start2(&init, &error);
   if (ctx_ == nullptr) {
+    RemoveListenerPath();  // init_context may have made it
     gate_.reset();
     return absl::UnavailableError(absl::StrCat("cannot start the HTTP workers: ",
                                                error_text[0] ? error_text : "unknown"));
@@ -406,14 +466,21 @@ void HttpServer::TakeOverListener(const mg_context* ctx) {
   // A path in a directory of its own, mode 0700: only this user's
   // processes can reach civetweb past the gate (an abstract name would
   // let any local user connect, around the gate's caps and deadlines).
-  std::string dir = PrivateDirectory();
+  int lock_fd = -1;
+  const std::string dir = PrivateDirectory(&lock_fd);
+  const int dir_error = errno;
+  {
+    absl::MutexLock lock(&listener_mu_);
+    listener_dir_ = dir;
+    listener_lock_fd_ = lock_fd;
+  }
   const std::string path = dir.empty() ? "" : absl::StrCat(dir, "/", kListenerSocketName);
   sockaddr_un name = {};
   name.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof(name.sun_path)) {
-    if (!dir.empty()) rmdir(dir.c_str());
+    RemoveListenerPath();
     takeover_error_ = absl::StrCat("cannot make a private directory for civetweb's listener: ",
-                                   dir.empty() ? std::strerror(errno) : "its path is too long");
+                                   dir.empty() ? std::strerror(dir_error) : "its path is too long");
     return;
   }
   std::memcpy(name.sun_path, path.c_str(), path.size() + 1);
@@ -427,10 +494,6 @@ void HttpServer::TakeOverListener(const mg_context* ctx) {
       dup3(unix_fd, tcp, O_CLOEXEC) == tcp;
   const int error = errno;
   if (unix_fd >= 0) close(unix_fd);
-  {
-    absl::MutexLock lock(&listener_mu_);
-    listener_dir_ = dir;
-  }
   if (!ok) {
     RemoveListenerPath();
     takeover_error_ = absl::StrCat("cannot give civetweb a unix-domain listener: ",
@@ -445,7 +508,11 @@ void HttpServer::RemoveListenerPath() {
   absl::MutexLock lock(&listener_mu_);
   if (listener_dir_.empty()) return;
   unlink(absl::StrCat(listener_dir_, "/", kListenerSocketName).c_str());
+  unlink(absl::StrCat(listener_dir_, "/", kListenerLockName).c_str());
   rmdir(listener_dir_.c_str());
+  // Released last: until the directory is gone, sweepers see it as live.
+  close(listener_lock_fd_);
+  listener_lock_fd_ = -1;
   listener_dir_.clear();
 }
 

@@ -179,10 +179,13 @@ class HttpServer {
   sockaddr_un upstream_ = {};
   socklen_t upstream_length_ = 0;
   std::string takeover_error_;
-  // The listener's private directory; removed by Shutdown or Abandon,
-  // which may run at once on two threads.
+  // The listener's private directory, and the descriptor that holds the
+  // flock of its lock file (which tells sweeping servers that this one is
+  // alive); both let go by Shutdown or Abandon, which may run at once on
+  // two threads.
   absl::Mutex listener_mu_;
   std::string listener_dir_ ABSL_GUARDED_BY(listener_mu_);
+  int listener_lock_fd_ ABSL_GUARDED_BY(listener_mu_) = -1;
 
   mutable absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,8 +1,10 @@
 #include "runtime/server/http_server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -16,7 +18,6 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -1251,7 +1252,9 @@ int BindSocketFile(const std::string& path, bool listening) {
   std::memcpy(name.sun_path, path.c_str(), path.size() + 1);
   const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   EXPECT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&name), sizeof(name)), 0) << path;
-  if (listening) EXPECT_EQ(listen(fd, 4), 0);
+  if (listening) {
+    EXPECT_EQ(listen(fd, 4), 0);
+  }
   const timeval past[2] = {{time(nullptr) - 120, 0}, {time(nullptr) - 120, 0}};
   EXPECT_EQ(utimes(path.c_str(), past), 0) << path;
   if (listening) return fd;
@@ -1259,63 +1262,185 @@ int BindSocketFile(const std::string& path, bool listening) {
   return -1;
 }
 
-// A server killed before its teardown leaves its listener directory; the
-// next server of the same user removes it, and only it: not a live
-// server's, not a socket bound a moment ago (it may not listen yet), not
-// another name.
-TEST_F(HttpServerTest, StaleListenerDirectoriesOfKilledServersAreRemoved) {
-  char base_template[] = "/tmp/verdict-test-XXXXXX";
-  ASSERT_NE(mkdtemp(base_template), nullptr);
-  const std::string base = base_template;
-  int live_fd = -1;
-  // Whatever fails below: TMPDIR back, the listening socket closed and the
-  // folder gone, after the server's shutdown (no thread of it reads the
-  // environment while it changes).
-  const char* saved = std::getenv("TMPDIR");
-  const std::optional<std::string> saved_tmpdir =
-      saved != nullptr ? std::optional<std::string>(saved) : std::nullopt;
-  struct Cleanup {
-    std::function<void()> run;
-    ~Cleanup() { run(); }
-  } cleanup{[&] {
+// A lock file at `path`; with `held`, the descriptor holding its flock (a
+// live server's: flock locks of separate opens conflict even within one
+// process), else -1.
+int MakeLockFile(const std::string& path, bool held) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
+  EXPECT_GE(fd, 0) << path;
+  if (held) {
+    EXPECT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0) << path;
+    return fd;
+  }
+  close(fd);
+  return -1;
+}
+
+// A fresh folder that TMPDIR names for a test's span, so that the server it
+// starts sweeps that folder and makes its listener there. Whatever fails,
+// the destructor shuts the server down first (no thread of it reads the
+// environment while it changes), puts TMPDIR back, closes the descriptors
+// given to Keep and removes the folder.
+class ScratchTmpdir {
+ public:
+  explicit ScratchTmpdir(std::unique_ptr<HttpServer>& server) : server_(server) {
+    char name[] = "/tmp/verdict-test-XXXXXX";
+    if (mkdtemp(name) != nullptr) path_ = name;
+    if (const char* saved = std::getenv("TMPDIR")) saved_tmpdir_ = saved;
+    if (!path_.empty()) setenv("TMPDIR", path_.c_str(), 1);
+  }
+  ~ScratchTmpdir() {
     if (server_ != nullptr) server_->Shutdown(absl::ZeroDuration());
-    if (saved_tmpdir.has_value()) {
-      setenv("TMPDIR", saved_tmpdir->c_str(), 1);
+    if (saved_tmpdir_.has_value()) {
+      setenv("TMPDIR", saved_tmpdir_->c_str(), 1);
     } else {
       unsetenv("TMPDIR");
     }
-    if (live_fd >= 0) close(live_fd);
-    std::filesystem::remove_all(base);
-  }};
-  const auto make_dir = [&](const std::string& name) {
-    const std::string dir = base + "/" + name;
+    for (int fd : fds_) {
+      if (fd >= 0) close(fd);
+    }
+    if (!path_.empty()) std::filesystem::remove_all(path_);
+  }
+
+  const std::string& path() const { return path_; }
+  // A new directory `name` in the folder; its path.
+  std::string MakeDir(const std::string& name) const {
+    const std::string dir = path_ + "/" + name;
     EXPECT_TRUE(std::filesystem::create_directory(dir)) << dir;
     return dir;
-  };
-  const std::string stale = make_dir("verdict-http-dead01");
+  }
+  int Keep(int fd) {
+    fds_.push_back(fd);
+    return fd;
+  }
+  void Close(int fd) {
+    fds_.erase(std::remove(fds_.begin(), fds_.end(), fd), fds_.end());
+    close(fd);
+  }
+
+ private:
+  std::unique_ptr<HttpServer>& server_;
+  std::string path_;
+  std::optional<std::string> saved_tmpdir_;
+  std::vector<int> fds_;
+};
+
+// A server killed before its teardown leaves its listener directory; the
+// next server of the same user removes it, and only it. These directories
+// have no lock file, as servers from before the lock left them: one goes
+// when its socket refuses a connection and was bound over a minute ago;
+// not a live server's, not a socket bound a moment ago (it may not listen
+// yet), not another name.
+TEST_F(HttpServerTest, StaleListenerDirectoriesOfKilledServersAreRemoved) {
+  ScratchTmpdir scratch(server_);
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string stale = scratch.MakeDir("verdict-http-dead01");
   BindSocketFile(stale + "/civetweb.sock", /*listening=*/false);
-  const std::string live = make_dir("verdict-http-live01");
-  live_fd = BindSocketFile(live + "/civetweb.sock", /*listening=*/true);
-  const std::string fresh = make_dir("verdict-http-new001");
+  const std::string live = scratch.MakeDir("verdict-http-live01");
+  const int live_fd = scratch.Keep(BindSocketFile(live + "/civetweb.sock", /*listening=*/true));
+  const std::string fresh = scratch.MakeDir("verdict-http-new001");
   BindSocketFile(fresh + "/civetweb.sock", /*listening=*/false);
   const timeval now[2] = {{time(nullptr), 0}, {time(nullptr), 0}};
   ASSERT_EQ(utimes((fresh + "/civetweb.sock").c_str(), now), 0);
-  const std::string other = make_dir("other-dead01");
+  const std::string other = scratch.MakeDir("other-dead01");
   BindSocketFile(other + "/civetweb.sock", /*listening=*/false);
 
-  setenv("TMPDIR", base.c_str(), 1);
   StartServer(service_);
   EXPECT_FALSE(std::filesystem::exists(stale));
   EXPECT_TRUE(std::filesystem::exists(live + "/civetweb.sock"));
   EXPECT_TRUE(std::filesystem::exists(fresh + "/civetweb.sock"));
   EXPECT_TRUE(std::filesystem::exists(other + "/civetweb.sock"));
-  close(live_fd);
-  live_fd = -1;
+  scratch.Close(live_fd);
   // This server's own directory is in the same base.
   const std::vector<std::string> paths = OwnUnixListenerPaths();
   ASSERT_THAT(paths, SizeIs(1));
-  EXPECT_EQ(std::filesystem::path(paths[0]).parent_path().parent_path().string(), base);
+  EXPECT_EQ(std::filesystem::path(paths[0]).parent_path().parent_path().string(), scratch.path());
   EXPECT_EQ(Fetch(port_, "GET", "/v1/models").status, 200);
+}
+
+// A server holds the lock of its listener directory while it runs, and its
+// directory is gone once it has shut down.
+TEST_F(HttpServerTest, EachServerHoldsTheLockOfItsListenerDirectory) {
+  StartServer(service_);
+  const std::vector<std::string> paths = OwnUnixListenerPaths();
+  ASSERT_THAT(paths, SizeIs(1));
+  const std::string dir = std::filesystem::path(paths[0]).parent_path().string();
+  const int fd = open((dir + "/lock").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << dir;
+  EXPECT_NE(flock(fd, LOCK_EX | LOCK_NB), 0);
+  EXPECT_EQ(errno, EWOULDBLOCK);
+  close(fd);
+  server_->Shutdown(absl::ZeroDuration());
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+// A directory whose lock is held is a live server's, however old its
+// socket and though the socket refuses connections (a server stalled
+// between bind and listen, or before bind).
+TEST_F(HttpServerTest, ListenerDirectoriesWhoseLockIsHeldAreKept) {
+  ScratchTmpdir scratch(server_);
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string stalled = scratch.MakeDir("verdict-http-held01");
+  scratch.Keep(MakeLockFile(stalled + "/lock", /*held=*/true));
+  BindSocketFile(stalled + "/civetweb.sock", /*listening=*/false);
+  const std::string unbound = scratch.MakeDir("verdict-http-held02");
+  scratch.Keep(MakeLockFile(unbound + "/lock", /*held=*/true));
+
+  StartServer(service_);
+  EXPECT_TRUE(std::filesystem::exists(stalled + "/civetweb.sock"));
+  EXPECT_TRUE(std::filesystem::exists(stalled + "/lock"));
+  EXPECT_TRUE(std::filesystem::exists(unbound + "/lock"));
+}
+
+// A directory whose lock file nobody holds is a dead server's, and goes
+// whatever its socket's age, or with no socket at all (killed before bind).
+TEST_F(HttpServerTest, ListenerDirectoriesWhoseLockIsFreeAreRemoved) {
+  ScratchTmpdir scratch(server_);
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string fresh = scratch.MakeDir("verdict-http-free01");
+  MakeLockFile(fresh + "/lock", /*held=*/false);
+  BindSocketFile(fresh + "/civetweb.sock", /*listening=*/false);
+  const timeval now[2] = {{time(nullptr), 0}, {time(nullptr), 0}};
+  ASSERT_EQ(utimes((fresh + "/civetweb.sock").c_str(), now), 0);
+  const std::string old = scratch.MakeDir("verdict-http-free02");
+  MakeLockFile(old + "/lock", /*held=*/false);
+  BindSocketFile(old + "/civetweb.sock", /*listening=*/false);
+  const std::string unbound = scratch.MakeDir("verdict-http-free03");
+  MakeLockFile(unbound + "/lock", /*held=*/false);
+
+  StartServer(service_);
+  EXPECT_FALSE(std::filesystem::exists(fresh));
+  EXPECT_FALSE(std::filesystem::exists(old));
+  EXPECT_FALSE(std::filesystem::exists(unbound));
+}
+
+// The sweep follows no symlink: one named like a listener directory is
+// left alone with its target, and a symlink inside a dead server's
+// directory is removed, not what it points to.
+TEST_F(HttpServerTest, TheSweepFollowsNoSymlink) {
+  ScratchTmpdir scratch(server_);
+  ASSERT_FALSE(scratch.path().empty());
+  // A dead server's directory in every other respect.
+  const std::string target = scratch.MakeDir("target");
+  MakeLockFile(target + "/lock", /*held=*/false);
+  BindSocketFile(target + "/civetweb.sock", /*listening=*/false);
+  const std::string link = scratch.path() + "/verdict-http-link01";
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  const std::string precious = scratch.path() + "/precious";
+  std::ofstream(precious) << "keep me";
+  const std::string dead = scratch.MakeDir("verdict-http-dead02");
+  MakeLockFile(dead + "/lock", /*held=*/false);
+  ASSERT_EQ(symlink(precious.c_str(), (dead + "/civetweb.sock").c_str()), 0);
+
+  StartServer(service_);
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_TRUE(std::filesystem::exists(target + "/lock"));
+  EXPECT_TRUE(std::filesystem::exists(target + "/civetweb.sock"));
+  EXPECT_FALSE(std::filesystem::exists(dead));
+  std::ifstream kept(precious);
+  std::string text;
+  std::getline(kept, text);
+  EXPECT_EQ(text, "keep me");
 }
 
 // Abandon precedes an exit that runs no destructors: it leaves no listener
