@@ -60,9 +60,12 @@ struct AttentionParams {
   __nv_bfloat16* out;
   int64_t out_stride;
   // Split mode (num_splits > 1): partial outputs [split, token, head, dim]
-  // and (max, sum) pairs [split, token, head].
+  // and (max, sum) pairs [split, token, head], and per [token, head] the
+  // splits that hold keys (a prefix: a short context leaves the rest
+  // empty, and they write nothing).
   float* part_out;
   float2* part_ml;
+  int* part_count;
   int num_splits;
   int total_q;
 };
@@ -200,6 +203,24 @@ __global__ void __launch_bounds__(kThreads, 2) PagedAttentionKernel(const Attent
   const int tiles_per_split = (num_tiles + p.num_splits - 1) / p.num_splits;
   const int tile_begin = min(num_tiles, split * tiles_per_split);
   const int tile_end = min(num_tiles, tile_begin + tiles_per_split);
+  if (p.num_splits > 1) {
+    // The launch's splits follow a bound on the context, not this
+    // request's: the splits past its keys return at once, and the merge
+    // reads only the ones before (split 0 always runs, so that a row with
+    // no key still gets its zero output).
+    if (split == 0) {
+      const int active = tiles_per_split > 0 ? (num_tiles + tiles_per_split - 1) / tiles_per_split
+                                             : 1;
+      for (int i = tid; i < kRowsPerCta; i += kThreads) {
+        const int r = row_base + i;
+        if (r >= rows_total) break;
+        p.part_count[(q0 + r / p.group) * p.num_heads + kv_head * p.group + r % p.group] =
+            max(active, 1);
+      }
+    } else if (tile_begin >= tile_end) {
+      return;
+    }
+  }
 
   // Q rows -> shared memory (zero for padding rows).
   for (int c = tid; c < kRowsPerCta * kChunksPerRow; c += kThreads) {
@@ -460,12 +481,13 @@ __global__ void __launch_bounds__(kThreads) MergeSplitsKernel(const AttentionPar
   const int64_t token_head = u / kChunks;  // token * num_heads + head
   const int64_t split_stride = static_cast<int64_t>(p.total_q) * p.num_heads;
   const float2* __restrict__ ml = p.part_ml;
+  const int splits = p.part_count[token_head];
   float m = -INFINITY;
-  for (int s = 0; s < p.num_splits; ++s) m = fmaxf(m, ml[s * split_stride + token_head].x);
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, ml[s * split_stride + token_head].x);
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   float sum = 0.0f;
   if (m != -INFINITY) {
-    for (int s = 0; s < p.num_splits; ++s) {
+    for (int s = 0; s < splits; ++s) {
       const int64_t unit = s * split_stride + token_head;
       const float2 split_ml = ml[unit];
       if (split_ml.x == -INFINITY) continue;
@@ -539,6 +561,11 @@ const KernelInfo& KernelInfoFor(int head_dim, int key_warps) {
                           : GetKernelInfo<128, 1>();
 }
 
+// The merge's per-[token, head] split counts after the partials.
+size_t SplitCountBytes(const PagedBatch& batch, const AttentionConfig& config) {
+  return static_cast<size_t>(batch.total_q) * config.num_heads * sizeof(int);
+}
+
 struct LaunchPlan {
   int key_warps = 4;
   int row_groups = 1;
@@ -570,8 +597,11 @@ LaunchPlan PlanLaunch(const PagedBatch& batch, const KvCacheLayout& layout,
   splits = (max_tiles + tiles_per_split - 1) / tiles_per_split;
   const size_t per_split = static_cast<size_t>(batch.total_q) * config.num_heads *
                            (layout.head_dim * sizeof(float) + sizeof(float2));
+  const size_t counts = SplitCountBytes(batch, config);
   if (splits > 1 && per_split > 0) {
-    splits = static_cast<int>(std::min<size_t>(splits, workspace_bytes / per_split));
+    splits = workspace_bytes > counts
+                 ? static_cast<int>(std::min<size_t>(splits, (workspace_bytes - counts) / per_split))
+                 : 1;
   }
   plan.num_splits = std::max(1, splits);
   return plan;
@@ -635,7 +665,8 @@ size_t PagedAttentionWorkspaceBytes(const PagedBatch& batch, const KvCacheLayout
   const LaunchPlan plan = PlanLaunch(batch, layout, config, SIZE_MAX);
   if (plan.num_splits == 1) return 0;
   return static_cast<size_t>(plan.num_splits) * batch.total_q * config.num_heads *
-         (layout.head_dim * sizeof(float) + sizeof(float2));
+             (layout.head_dim * sizeof(float) + sizeof(float2)) +
+         SplitCountBytes(batch, config);
 }
 
 absl::Status InvokePagedAttention(const uint16_t* q, int64_t q_token_stride,
@@ -679,12 +710,14 @@ absl::Status InvokePagedAttention(const uint16_t* q, int64_t q_token_stride,
   params.num_splits = plan.num_splits;
   params.total_q = batch.total_q;
   params.part_out = static_cast<float*>(workspace);
-  params.part_ml = reinterpret_cast<float2*>(
-      static_cast<char*>(workspace) + static_cast<size_t>(plan.num_splits) * batch.total_q *
-                                          config.num_heads * layout.head_dim * sizeof(float));
+  const size_t partials = static_cast<size_t>(plan.num_splits) * batch.total_q * config.num_heads;
+  params.part_ml = reinterpret_cast<float2*>(static_cast<char*>(workspace) +
+                                             partials * layout.head_dim * sizeof(float));
+  params.part_count = reinterpret_cast<int*>(params.part_ml + partials);
   if (plan.num_splits == 1) {
     params.part_out = nullptr;
     params.part_ml = nullptr;
+    params.part_count = nullptr;
   }
   if (layout.head_dim == 64) {
     return LaunchForHeadDim<64>(params, plan, batch.num_reqs, layout.num_kv_heads, batch.total_q,

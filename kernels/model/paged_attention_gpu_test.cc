@@ -95,6 +95,33 @@ TEST(PagedAttentionGpuTest, BenchmarkShapes) {
   }
 }
 
+// A launch whose context bound is far longer than the requests' contexts
+// (a CUDA graph that serves every context): most KV splits hold no key and
+// return at once, and the merge reads only the ones before them. Decode and
+// verify blocks, a request with no query tokens, a sliding window.
+TEST(PagedAttentionGpuTest, ShortContextsUnderALongBound) {
+  for (const int bound : {4096, 131072}) {
+    AttentionCaseSpec decode;
+    decode.num_heads = 32;
+    decode.num_kv_heads = 8;
+    decode.q_lens = {1};
+    decode.kv_lens = {37};
+    decode.launch_kv_bound = bound;
+    RunCase(decode);
+
+    AttentionCaseSpec verify = decode;
+    verify.q_lens = {6, 0, 6, 3};
+    verify.kv_lens = {300, 1, 70, 129};
+    verify.seed = 9;
+    RunCase(verify);
+
+    AttentionCaseSpec window = verify;
+    window.window = 64;
+    window.seed = 10;
+    RunCase(window);
+  }
+}
+
 TEST(PagedAttentionGpuTest, MoreCases) {
   // Long decode context (splits), MHA prefill with head_dim 64, a request
   // with no query tokens in the middle of the batch, block size 8, and block

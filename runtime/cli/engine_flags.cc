@@ -67,6 +67,14 @@ ABSL_FLAG(std::string, cuda_graphs, "on",
           "to a launch shape that repeats (requests to a bucket, tokens to a multiple of the "
           "longest query); exact replays only step shapes that repeat unpadded; off runs "
           "every step eagerly");
+ABSL_FLAG(std::string, cuda_graph_capture, "blocks",
+          "cuda backend with --cuda-graphs on: the step shapes captured as CUDA graphs at start, "
+          "before serving: blocks (a block of tokens per request: plain decode, full verify "
+          "steps, the draft's passes), all (also every token tier of ragged steps, as compact "
+          "packing makes; a longer start) or off (each shape captured on its second use)");
+ABSL_FLAG(int, cuda_graph_capture_batch, 0,
+          "cuda backend: the start-up capture covers steps of up to this many requests (0: "
+          "--max-running-requests)");
 ABSL_FLAG(std::string, one_shot_all_reduce, "auto",
           "at TP > 1 on the CUDA backend, small all-reduces as one-shot kernels over the "
           "peer-mapped memory of the host's GPUs (on), on NCCL (off), or one-shot where every "
@@ -229,6 +237,22 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
   }
   options.cuda_graphs = graphs != "off";
   options.pad_graph_shapes = graphs == "on";
+  const std::string capture = absl::GetFlag(FLAGS_cuda_graph_capture);
+  if (capture == "blocks") {
+    options.graph_capture = GraphCaptureTiers::kBlocks;
+  } else if (capture == "all") {
+    options.graph_capture = GraphCaptureTiers::kAll;
+  } else if (capture == "off") {
+    options.graph_capture = GraphCaptureTiers::kOff;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cuda-graph-capture must be blocks, all or off, not '", capture, "'"));
+  }
+  options.graph_capture_batch = absl::GetFlag(FLAGS_cuda_graph_capture_batch);
+  if (options.graph_capture_batch < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cuda-graph-capture-batch must be 0 or positive, not ", options.graph_capture_batch));
+  }
   const std::string one_shot = absl::GetFlag(FLAGS_one_shot_all_reduce);
   if (one_shot == "auto") {
     options.one_shot_all_reduce = OneShotAllReduce::kAuto;

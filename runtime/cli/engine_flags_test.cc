@@ -16,6 +16,8 @@
 #include "runtime/engine/engine.h"
 
 ABSL_DECLARE_FLAG(std::string, cuda_graphs);
+ABSL_DECLARE_FLAG(std::string, cuda_graph_capture);
+ABSL_DECLARE_FLAG(int, cuda_graph_capture_batch);
 ABSL_DECLARE_FLAG(std::string, cost_table);
 ABSL_DECLARE_FLAG(std::string, cost_table_dirs);
 
@@ -62,6 +64,39 @@ TEST(EngineFlagsTest, OtherCudaGraphsValuesAreRefusedByName) {
                                             std::string(value) + "'"));
   }
   absl::SetFlag(&FLAGS_cuda_graphs, "on");
+}
+
+// The start-up capture: blocks by default, all or off on request, up to
+// --max-running-requests unless the batch is given; other values refused by
+// name.
+TEST(EngineFlagsTest, CudaGraphCaptureTiersAndBatch) {
+  EngineOptions options;
+  ASSERT_EQ(OptionsFromFlags(&options).code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(options.graph_capture, GraphCaptureTiers::kBlocks);
+  EXPECT_EQ(options.graph_capture_batch, 0);
+  struct Case {
+    const char* value;
+    GraphCaptureTiers tiers;
+  };
+  for (const Case& c : {Case{"all", GraphCaptureTiers::kAll}, Case{"off", GraphCaptureTiers::kOff},
+                        Case{"blocks", GraphCaptureTiers::kBlocks}}) {
+    absl::SetFlag(&FLAGS_cuda_graph_capture, c.value);
+    absl::SetFlag(&FLAGS_cuda_graph_capture_batch, 96);
+    ASSERT_EQ(OptionsFromFlags(&options).code(), absl::StatusCode::kCancelled) << c.value;
+    EXPECT_EQ(options.graph_capture, c.tiers) << c.value;
+    EXPECT_EQ(options.graph_capture_batch, 96);
+  }
+  absl::SetFlag(&FLAGS_cuda_graph_capture, "ragged");
+  absl::Status status = OptionsFromFlags(&options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr("--cuda-graph-capture must be blocks, all or off, not 'ragged'"));
+  absl::SetFlag(&FLAGS_cuda_graph_capture, "blocks");
+  absl::SetFlag(&FLAGS_cuda_graph_capture_batch, -1);
+  status = OptionsFromFlags(&options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("--cuda-graph-capture-batch must be 0 or positive"));
+  absl::SetFlag(&FLAGS_cuda_graph_capture_batch, 0);
 }
 
 // By default the server finds its cost table: --cost-table auto, searched

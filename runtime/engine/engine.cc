@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdio>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/time/clock.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "comm/create_communicator.h"
@@ -16,6 +18,7 @@
 #include "kernels/verify_sampler.h"
 #include "runtime/engine/engine_request.h"
 #include "runtime/model/generation_config.h"
+#include "runtime/model/graph_shapes.h"
 #include "runtime/model/cuda_llama_model.h"
 #include "runtime/model/weights.h"
 #include "scheduler/cost_table.h"
@@ -143,6 +146,13 @@ absl::StatusOr<Engine::Model> Engine::LoadModel(const ModelSource& source,
     cuda.graph_pass_tokens =
         static_cast<int64_t>(options.max_running_requests) * (is_draft ? 2 : speculative_slots);
     cuda.skinny_gemm = is_draft;
+    // Graphs serve every context the engine admits (and the speculative
+    // slots past it), so that their shapes do not depend on the contexts.
+    const int64_t context = options.max_model_len > 0
+                                ? std::min(options.max_model_len,
+                                           model.config.max_position_embeddings)
+                                : model.config.max_position_embeddings;
+    cuda.graph_max_context = context > 0 ? context + speculative_slots : 0;
     if (options.one_shot_all_reduce != OneShotAllReduce::kOff && device_comm != nullptr &&
         device_comm->world_size() > 1) {
       // Collective over the ranks (they load the same models in the same
@@ -350,6 +360,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   if (!vp.ok()) return vp.status();
   engine->planner_ = std::make_unique<VerifyPlanner>(*std::move(vp));
 
+  if (absl::Status s = engine->CaptureGraphsAhead(options); !s.ok()) return s;
+
   StepExecutor::Options executor;
   executor.gamma = options.num_draft_tokens;
   executor.vocab_size = tc.vocab_size;
@@ -368,6 +380,69 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
       engine->draft_model_.has_value() ? engine->draft_model_->runner.get() : nullptr,
       engine->executor_timer_.get());
   return engine;
+}
+
+absl::Status Engine::CaptureGraphsAhead(const EngineOptions& options) {
+  if (options.backend != ModelBackend::kCuda || !options.cuda_graphs ||
+      !options.pad_graph_shapes || options.graph_capture == GraphCaptureTiers::kOff) {
+    return absl::OkStatus();
+  }
+  const int batch = options.graph_capture_batch > 0 ? options.graph_capture_batch
+                                                    : options.max_running_requests;
+  const GraphTiers tiers =
+      options.graph_capture == GraphCaptureTiers::kAll ? GraphTiers::kAll : GraphTiers::kBlocks;
+  // The target's longest queries: one token (plain decode) up to a full
+  // verify block. The draft's: one token a pass, two when it catches up.
+  std::vector<int> target_queries = {1};
+  if (draft_model_.has_value()) {
+    for (int q = 2; q <= options.num_draft_tokens + 1; ++q) target_queries.push_back(q);
+  }
+  struct Job {
+    const char* name;
+    ModelRunner* runner;
+    std::vector<GraphShape> shapes;
+  };
+  std::vector<Job> jobs = {
+      {"target", target_model_.runner.get(), StartupGraphShapes(batch, target_queries, tiers)}};
+  if (draft_model_.has_value()) {
+    jobs.push_back({"draft", draft_model_->runner.get(), StartupGraphShapes(batch, {1, 2}, tiers)});
+  }
+  const bool log = comm_->rank() == 0;
+  for (const Job& job : jobs) {
+    const int total = static_cast<int>(job.shapes.size());
+    if (log) {
+      std::fprintf(stderr,
+                   "verdict: capturing %d CUDA graphs of the %s (steps of up to %d requests)\n",
+                   total, job.name, batch);
+    }
+    const absl::Time start = absl::Now();
+    int reported = 0;
+    const auto progress = [&](int done) {
+      // A line at every quarter, so that a slow start shows where it is.
+      if (!log || done * 4 < (reported + 1) * total) return;
+      reported = done * 4 / total;
+      if (done == total) return;
+      std::fprintf(stderr, "verdict: %s: %d of %d graphs captured (%.1f s)\n", job.name, done,
+                   total, absl::ToDoubleSeconds(absl::Now() - start));
+    };
+    absl::StatusOr<ModelRunner::GraphCapture> captured =
+        job.runner->CaptureGraphs(job.shapes, progress);
+    if (!captured.ok()) {
+      return absl::Status(captured.status().code(),
+                          absl::StrCat("capturing the ", job.name, "'s CUDA graphs: ",
+                                       captured.status().message()));
+    }
+    if (log) {
+      std::fprintf(stderr,
+                   "verdict: %s: %d CUDA graphs captured in %.1f s, %.1f MiB of device memory%s\n",
+                   job.name, captured->captured, absl::ToDoubleSeconds(absl::Now() - start),
+                   static_cast<double>(captured->device_bytes) / (1 << 20),
+                   captured->failed > 0
+                       ? absl::StrCat(" (", captured->failed, " refused: they run eagerly)").c_str()
+                       : "");
+    }
+  }
+  return absl::OkStatus();
 }
 
 // ------------------------------------------------------------ client side

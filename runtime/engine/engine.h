@@ -98,6 +98,12 @@ enum class ModelBackend { kCpu, kCuda };
 // then keeps NCCL).
 enum class OneShotAllReduce { kOff, kOn, kAuto };
 
+// CUDA graphs captured when the engine starts, before it serves
+// (ModelRunner::CaptureGraphs; graph_shapes.h): none, a block of tokens per
+// request (plain decode, full verify steps, the draft's passes), or every
+// token tier a ragged step can reach (compact packing).
+enum class GraphCaptureTiers { kOff, kBlocks, kAll };
+
 inline constexpr char kAutoCostTable[] = "auto";
 
 struct EngineOptions {
@@ -147,6 +153,12 @@ struct EngineOptions {
   // CUDA backend: pad steps to repeating launch shapes first
   // (CudaModelOptions::pad_graph_shapes).
   bool pad_graph_shapes = true;
+  // CUDA backend with pad_graph_shapes: the launch shapes captured at start,
+  // for steps of up to graph_capture_batch requests (0: up to
+  // max_running_requests). Shapes not captured are captured on their
+  // second use.
+  GraphCaptureTiers graph_capture = GraphCaptureTiers::kBlocks;
+  int graph_capture_batch = 0;
   // CUDA backend at TP > 1 (each model sharded over the ranks); ignored
   // elsewhere. On one host with NVLink the one-shot kernels beat NCCL's
   // ring for a decode step's messages (docs/PERF.md, tensor parallel).
@@ -300,6 +312,10 @@ class Engine : public GenerationService {
 
   // `is_draft`: the draft model (the CUDA backend then runs its few-row
   // products on the skinny GEMM, CudaModelOptions::skinny_gemm).
+  // Captures the models' CUDA graphs of EngineOptions::graph_capture's
+  // shapes before the engine serves (the CUDA backend), with a progress line
+  // and a memory report on rank 0.
+  absl::Status CaptureGraphsAhead(const EngineOptions& options);
   static absl::StatusOr<Model> LoadModel(const ModelSource& source, const EngineOptions& options,
                                          int speculative_slots, Communicator* comm,
                                          Communicator* device_comm, bool is_draft);

@@ -25,6 +25,7 @@
 #include "kernels/model/paged_kv.h"
 #include "kernels/model/rms_norm.h"
 #include "runtime/model/device_memory.h"
+#include "runtime/model/graph_shapes.h"
 #include "runtime/model/rope.h"
 
 namespace verdict {
@@ -57,56 +58,7 @@ struct LocalShape {
   int qkv_size() const { return q_size() + 2 * kv_size(); }
 };
 
-// Graph-replayed passes run at a launch shape that repeats from step to
-// step, so that ragged steps (compact packing, per-request draft depths)
-// find a captured graph instead of running eager: the requests padded to a
-// bucket, the tokens to a tier, the block-table width to a multiple of the
-// context bucket's blocks. Padding requests cost little: a request without
-// query tokens launches attention CTAs that return at once.
 int RoundUp(int n, int to) { return (n + to - 1) / to * to; }
-
-int RequestBucket(int requests) {
-  if (requests <= 8) return requests;
-  if (requests <= 64) return RoundUp(requests, 8);
-  if (requests <= 256) return RoundUp(requests, 16);
-  return RoundUp(requests, 32);
-}
-
-// The launch shape of a pass: its real requests and tokens plus the
-// phantom requests that pad it. Phantoms come after the real requests, hold
-// `pad_tokens` tokens between them (each at most max_query, all at position
-// 0 with a context of one key) and read and write only the KV cache's
-// scratch block and ring, which no request owns, so they change no real
-// request's keys or logits. Their logit rows are computed and dropped.
-//
-// Token tiers are multiples of max_query x 2^k, the largest such step
-// within an eighth of the tokens: eight tiers an octave, at most 12.5%
-// padding. A padded pass of bucket B launches B + max(1, B / 8) requests,
-// enough phantoms for any such padding (it is below max(max_query, t / 8)
-// and t <= B * max_query), so the request count is the bucket's alone.
-struct LaunchShape {
-  int requests = 0;  // real + phantom
-  int tokens = 0;    // real + pad_tokens
-  int phantoms = 0;
-  int pad_tokens = 0;
-  int table_width = 0;
-};
-
-LaunchShape PaddedShape(int requests, int tokens, int max_query, int table_width,
-                        int table_step) {
-  LaunchShape shape;
-  const int bucket = RequestBucket(requests);
-  int step = max_query;
-  while (2 * step <= tokens / 8) step *= 2;
-  const int padded_tokens = RoundUp(tokens, step);
-  shape.pad_tokens = padded_tokens - tokens;
-  const int extra = shape.pad_tokens > 0 ? std::max(1, (bucket + 7) / 8) : 0;
-  shape.phantoms = bucket + extra - requests;
-  shape.requests = bucket + extra;
-  shape.tokens = padded_tokens;
-  shape.table_width = RoundUp(table_width, table_step);
-  return shape;
-}
 
 class CudaLlamaModel : public ModelRunner {
  public:
@@ -130,6 +82,7 @@ class CudaLlamaModel : public ModelRunner {
   void set_cuda_graphs(bool on) { cuda_graphs_ = on; }
   void set_pad_graph_shapes(bool on) { pad_graph_shapes_ = on; }
   void set_graph_pass_tokens(int64_t tokens) { graph_pass_tokens_ = tokens; }
+  void set_graph_max_context(int64_t tokens) { graph_max_context_ = tokens; }
   void set_one_shot_all_reduce(NvlinkAllReduce* all_reduce) { one_shot_ = all_reduce; }
   void set_skinny_gemm(bool on) { skinny_gemm_ = on; }
 
@@ -137,6 +90,9 @@ class CudaLlamaModel : public ModelRunner {
 
   const ModelConfig& config() const override { return config_; }
   absl::Status Forward(const ForwardBatch& batch, float* logits) override;
+  absl::StatusOr<GraphCapture> CaptureGraphs(
+      const std::vector<GraphShape>& shapes,
+      const std::function<void(int done)>& progress) override;
   bool logits_on_device_ok() const override { return true; }
   void* device_queue() const override { return stream_; }
   int64_t graph_replays() const override { return graph_replays_.load(std::memory_order_relaxed); }
@@ -149,18 +105,27 @@ class CudaLlamaModel : public ModelRunner {
   // the sliding layers' chunk of tokens (or any number without sliding
   // layers). Logit rows go to host `logits` at row `dst_rows[i]` onwards for
   // request i.
+  // A pass of phantom requests only at a shape captured ahead of serving:
+  // with size_only it reserves the shape's buffers and stops there.
+  struct AheadPass {
+    GraphShape shape;
+    bool size_only = false;
+  };
   absl::Status RunPass(const ForwardBatch& batch, const std::vector<int64_t>& dst_rows,
-                       float* logits);
+                       float* logits, const AheadPass* ahead = nullptr);
   absl::Status LoadWeights(const WeightSource& source, int load_threads);
   // Enqueues `enqueue` on the stream: replayed from a CUDA graph of the
   // same launch shape when one was captured, captured on the shape's second
   // use (the first runs eagerly, which also prepares the GEMM plans), else
-  // run eagerly.
-  // `eager` says why a pass that is not graphable runs eagerly.
+  // run eagerly. `eager` says why a pass that is not graphable runs
+  // eagerly. `ahead`: a start-up pass, run eagerly once and captured at
+  // once, not replayed.
   template <typename Key>
   absl::Status EnqueueMaybeGraph(const Key& key, bool graphable, EagerReason eager,
-                                 const std::function<absl::Status()>& enqueue);
-  void DropGraphs();
+                                 const std::function<absl::Status()>& enqueue, bool ahead);
+  // Destroys the captured graphs (with keep_ahead, all but those captured
+  // ahead of serving).
+  void DropGraphs(bool keep_ahead = false);
   absl::Status AllReduce(void* buffer, size_t count, DataType type) {
     if (tp_.size == 1) return absl::OkStatus();
     if (one_shot_ != nullptr && count * DataTypeSize(type) <= one_shot_->max_bytes()) {
@@ -201,17 +166,21 @@ class CudaLlamaModel : public ModelRunner {
   StepBuffers eager_buffers_;
 
   // Captured forward passes by launch shape: (requests, tokens, longest
-  // query, block-table width, context bound). Valid while no step buffer
-  // moves; a reallocation drops them all.
+  // query, block tables' width on the device, context bound); the last two
+  // are the same for every pass within graph_max_context. Valid while no
+  // step buffer moves; a reallocation drops them all.
   using GraphKey = std::tuple<int, int, int, int, int>;
   struct GraphEntry {
     int uses = 0;
     cudaGraphExec_t exec = nullptr;
     bool failed = false;  // capture refused: this shape stays eager
+    bool ahead = false;   // captured ahead of serving (CaptureGraphs)
   };
   bool cuda_graphs_ = true;
   bool pad_graph_shapes_ = true;  // LaunchShape
   int64_t graph_pass_tokens_ = 0;  // CudaModelOptions::graph_pass_tokens
+  int64_t graph_max_context_ = 0;  // CudaModelOptions::graph_max_context
+  int served_graphs_ = 0;          // graphs captured while serving
   NvlinkAllReduce* one_shot_ = nullptr;  // CudaModelOptions::one_shot_all_reduce
   std::atomic<int64_t> graph_replays_{0};
   std::atomic<int64_t> eager_passes_[std::size(kEagerReasons)] = {};
@@ -222,62 +191,127 @@ class CudaLlamaModel : public ModelRunner {
   std::map<GraphKey, GraphEntry> graphs_;
 };
 
-void CudaLlamaModel::DropGraphs() {
-  for (auto& [key, entry] : graphs_) {
-    if (entry.exec != nullptr) cudaGraphExecDestroy(entry.exec);
+void CudaLlamaModel::DropGraphs(bool keep_ahead) {
+  for (auto it = graphs_.begin(); it != graphs_.end();) {
+    if (keep_ahead && it->second.ahead) {
+      ++it;
+      continue;
+    }
+    if (it->second.exec != nullptr) cudaGraphExecDestroy(it->second.exec);
+    it = graphs_.erase(it);
   }
-  graphs_.clear();
+  served_graphs_ = 0;
 }
 
 template <typename Key>
 absl::Status CudaLlamaModel::EnqueueMaybeGraph(const Key& key, bool graphable,
                                                EagerReason eager,
-                                               const std::function<absl::Status()>& enqueue) {
+                                               const std::function<absl::Status()>& enqueue,
+                                               bool ahead) {
   if (!cuda_graphs_) return enqueue();
   if (!graphable) {
     CountEager(eager);
     return enqueue();
   }
-  // Shapes come and go with batch sizes and context buckets; a bounded cache
-  // starts over rather than keeping every graph a long run has seen.
-  constexpr size_t kMaxGraphs = 512;
-  if (graphs_.size() >= kMaxGraphs && graphs_.find(key) == graphs_.end()) DropGraphs();
-  GraphEntry& entry = graphs_[key];
-  if (entry.exec == nullptr) {
-    // The shape's first use runs eagerly; its second is captured.
-    if (entry.failed) {
-      CountEager(EagerReason::kCaptureFailed);
-      return enqueue();
-    }
-    if (entry.uses++ == 0) {
-      CountEager(EagerReason::kFirstUse);
-      return enqueue();
-    }
-    VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    const absl::Status status = enqueue();
-    cudaGraph_t graph = nullptr;
-    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
-    if (status.ok() && end == cudaSuccess &&
-        cudaGraphInstantiate(&entry.exec, graph, 0) != cudaSuccess) {
-      entry.exec = nullptr;
-    }
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    if (entry.exec == nullptr) {
-      // Capture is an optimisation: a shape that cannot be captured runs
-      // eagerly from now on (the same kernels, so the same results). At TP >
-      // 1 the other ranks may replay a graph of this shape meanwhile: their
-      // captured collectives still match this rank's eager ones, which work
-      // on the same ordinary (unregistered) buffers. An error of NCCL itself
-      // fails the communicator, and with it the eager retry.
-      cudaGetLastError();
-      entry.failed = true;
-      CountEager(EagerReason::kCaptureFailed);
-      return enqueue();
-    }
+  // Shapes come and go with batch sizes and long contexts; a bounded cache
+  // starts over rather than keeping every graph a long run has seen. The
+  // shapes captured ahead stay.
+  constexpr int kMaxServedGraphs = 512;
+  if (served_graphs_ >= kMaxServedGraphs && graphs_.find(key) == graphs_.end()) {
+    DropGraphs(/*keep_ahead=*/true);
   }
+  GraphEntry& entry = graphs_[key];
+  if (entry.exec != nullptr) {
+    if (ahead) return absl::OkStatus();  // already held
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(entry.exec, stream_));
+    graph_replays_.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+  if (entry.failed) {
+    if (ahead) return absl::OkStatus();
+    CountEager(EagerReason::kCaptureFailed);
+    return enqueue();
+  }
+  if (ahead) {
+    // Ahead of serving, the shape runs eagerly first all the same: the
+    // GEMMs time their candidate algorithms on their first eager run, which
+    // a capture cannot do.
+    if (absl::Status s = enqueue(); !s.ok()) return s;
+  } else if (entry.uses++ == 0) {
+    // While serving, a new shape's first use runs eagerly; its second is
+    // captured.
+    CountEager(EagerReason::kFirstUse);
+    return enqueue();
+  }
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  const absl::Status status = enqueue();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+  if (status.ok() && end == cudaSuccess &&
+      cudaGraphInstantiate(&entry.exec, graph, 0) != cudaSuccess) {
+    entry.exec = nullptr;
+  }
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (entry.exec == nullptr) {
+    // Capture is an optimisation: a shape that cannot be captured runs
+    // eagerly from now on (the same kernels, so the same results). At TP >
+    // 1 the other ranks may replay a graph of this shape meanwhile: their
+    // captured collectives still match this rank's eager ones, which work
+    // on the same ordinary (unregistered) buffers. An error of NCCL itself
+    // fails the communicator, and with it the eager retry.
+    cudaGetLastError();
+    entry.failed = true;
+    if (ahead) return absl::OkStatus();
+    CountEager(EagerReason::kCaptureFailed);
+    return enqueue();
+  }
+  entry.ahead = ahead;
+  if (ahead) return absl::OkStatus();
+  ++served_graphs_;
   VERDICT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(entry.exec, stream_));
   graph_replays_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+absl::StatusOr<ModelRunner::GraphCapture> CudaLlamaModel::CaptureGraphs(
+    const std::vector<GraphShape>& shapes, const std::function<void(int done)>& progress) {
+  GraphCapture report;
+  // Ahead-of-time shapes are padded ones, and need collectives that a graph
+  // can hold.
+  const bool capturable = tp_.size == 1 || comm_->CapturableInCudaGraphs();
+  if (!cuda_graphs_ || !pad_graph_shapes_ || !capturable || shapes.empty()) return report;
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  size_t free_before = 0, total = 0;
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_before, &total));
+  // Largest first, and every shape's buffers reserved before any capture:
+  // a buffer that grows afterwards would drop every graph.
+  std::vector<GraphShape> order = shapes;
+  std::sort(order.begin(), order.end(), [](const GraphShape& a, const GraphShape& b) {
+    return std::tie(a.tokens, a.requests, a.max_query) > std::tie(b.tokens, b.requests, b.max_query);
+  });
+  const ForwardBatch none;
+  for (const bool size_only : {true, false}) {
+    int done = 0;
+    for (const GraphShape& shape : order) {
+      if (shape.requests < 1 || shape.max_query < 1 || shape.tokens < 1 ||
+          shape.tokens > static_cast<int64_t>(shape.requests) * shape.max_query) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "graph shape of ", shape.requests, " requests, ", shape.tokens,
+            " tokens and queries of up to ", shape.max_query, " cannot be launched"));
+      }
+      const AheadPass pass{shape, size_only};
+      if (absl::Status s = RunPass(none, {}, nullptr, &pass); !s.ok()) return s;
+      if (!size_only && progress) progress(++done);
+    }
+  }
+  for (const auto& [key, entry] : graphs_) {
+    if (entry.ahead && entry.exec != nullptr) ++report.captured;
+    if (entry.failed) ++report.failed;
+  }
+  size_t free_after = 0;
+  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_after, &total));
+  report.device_bytes = static_cast<int64_t>(free_before) - static_cast<int64_t>(free_after);
+  return report;
 }
 
 absl::Status CudaLlamaModel::Init(const WeightSource& source, int load_threads) {
@@ -481,30 +515,45 @@ absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, float* logits) {
 }
 
 absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
-                                     const std::vector<int64_t>& dst_rows, float* logits) {
+                                     const std::vector<int64_t>& dst_rows, float* logits,
+                                     const AheadPass* ahead) {
   const LocalShape& sh = shape_;
   const int b = static_cast<int>(batch.requests.size());
   const int real_tokens = static_cast<int>(batch.num_tokens());
   const int out_rows = static_cast<int>(batch.num_logit_rows());
   const KvCacheConfig& kvc = kv_cache_->config();
   const float eps = config_.rms_norm_eps;
-  if (b == 0 || real_tokens == 0) return absl::OkStatus();
+  if (ahead == nullptr && (b == 0 || real_tokens == 0)) return absl::OkStatus();
 
   // ---- The step's metadata, packed into one upload. ----
   int max_table = 1;
-  int max_query = 0;
-  int max_kv = 0;
+  int max_query = ahead != nullptr ? ahead->shape.max_query : 0;
+  int max_kv = 1;
   for (const ForwardRequest& r : batch.requests) {
     max_table =
         std::max<int>(max_table, static_cast<int>(kv_cache_->block_table(r.kv_handle).size()));
     max_query = std::max<int>(max_query, static_cast<int>(r.token_ids.size()));
     max_kv = std::max<int>(max_kv, static_cast<int>(r.start_position + r.token_ids.size()));
   }
-  // The attention's launch (its KV splits) follows the context bound, not
-  // the exact length: rounded up, consecutive steps share one launch shape
-  // and one graph, and eager and replayed steps compute the same bits.
+  // Block tables are written on the host to a multiple of the context
+  // bucket's blocks. The attention's launch (its KV splits) follows a
+  // bound on the context, not the exact length, so that eager and replayed
+  // passes compute the same bits: for passes within the graphs' context
+  // (graph_max_context), that bound and the tables' width on the device are
+  // the same for every pass, so a graph does not depend on how long the
+  // requests' contexts are; longer passes round up to the context bucket.
   constexpr int kContextBucket = 256;
-  const int kv_bound = RoundUp(max_kv, kContextBucket);
+  const int table_step = std::max(1, kContextBucket / kvc.block_size);
+  const int host_table = RoundUp(max_table, table_step);
+  const int graph_table =
+      graph_max_context_ > 0
+          ? RoundUp(static_cast<int>((graph_max_context_ + kvc.block_size - 1) / kvc.block_size),
+                    table_step)
+          : 0;
+  const bool context_free = graph_table > 0 && host_table <= graph_table;
+  const int table_pitch = context_free ? graph_table : host_table;
+  const int kv_bound =
+      context_free ? graph_table * kvc.block_size : RoundUp(max_kv, kContextBucket);
   // Graphs replay the layers, their all-reduces included where the
   // communicator only enqueues (NCCL captures into the graph), and the LM
   // head; the logits' all-gather stays eager.
@@ -521,14 +570,16 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // when those move); the others the eager ones.
   const bool on_graph_buffers = graphable && cuda_graphs_;
   StepBuffers& buf = on_graph_buffers ? graph_buffers_ : eager_buffers_;
-  const LaunchShape shape =
-      on_graph_buffers && pad_graph_shapes_
-          ? PaddedShape(b, real_tokens, max_query, max_table,
-                        std::max(1, kContextBucket / kvc.block_size))
-          : LaunchShape{b, real_tokens, 0, 0, max_table};
+  LaunchShape shape{b, real_tokens, 0, 0, max_query};
+  if (ahead != nullptr) {
+    // Phantoms only.
+    shape = LaunchShape{ahead->shape.requests, ahead->shape.tokens, ahead->shape.requests,
+                        ahead->shape.tokens, max_query};
+  } else if (on_graph_buffers && pad_graph_shapes_) {
+    shape = PaddedShape(b, real_tokens, max_query);
+  }
   const int nb = shape.requests;  // launched requests, phantoms included
   const int t = shape.tokens;     // launched tokens
-  max_table = shape.table_width;
   // Logit rows the LM head computes: every row of a padded or all-rows
   // pass (phantoms included), else the wanted ones.
   const bool every_row = shape.phantoms > 0 || all_rows;
@@ -538,10 +589,13 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // pass's wanted rows are its first ones.
   const int gather_rows = all_rows ? t : out_rows;
   int moved = 0;  // step buffers reallocated by this pass
-  // Offsets (in int32 elements) of each array in the packed buffer.
+  // Offsets (in int32 elements) of each array in the packed buffer, the
+  // block tables last: their rows are host_table wide on the host and
+  // table_pitch apart on the device.
   const size_t o_ids = 0, o_pos = o_ids + t, o_qstart = o_pos + t, o_kvlen = o_qstart + nb + 1,
-               o_tables = o_kvlen + nb, o_rings = o_tables + static_cast<size_t>(nb) * max_table,
-               total = o_rings + nb;
+               o_rings = o_kvlen + nb, o_tables = o_rings + nb,
+               host_total = o_tables + static_cast<size_t>(nb) * host_table,
+               total = o_tables + static_cast<size_t>(nb) * table_pitch;
   // A captured graph holds the graph buffers' addresses: once any of them
   // moves (even if a later reservation fails), every graph goes.
   struct DropGraphsIfMoved {
@@ -556,10 +610,10 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // before the host buffer is rewritten (or reallocated).
   VERDICT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(meta_uploaded_));
   // The host copy is uploaded outside the graphs, so it may move freely.
-  if (absl::Status s = host_meta_.Reserve(total * sizeof(int32_t)); !s.ok()) return s;
-  // The graphs' metadata grows with the requests' block tables, step after
-  // step: it starts at 4 MB (a million entries, 512 requests of 7,000
-  // blocks), so that it seldom moves.
+  if (absl::Status s = host_meta_.Reserve(host_total * sizeof(int32_t)); !s.ok()) return s;
+  // The graphs' metadata grows with the launched requests (and, past the
+  // graphs' context, with the block tables): it starts at 4 MB (a million
+  // entries), so that it seldom moves.
   constexpr size_t kGraphMetaFloor = size_t{1} << 20;
   const size_t meta_entries = on_graph_buffers ? std::max(total, kGraphMetaFloor) : total;
   if (absl::Status s = buf.meta.Reserve(meta_entries * sizeof(int32_t), &moved); !s.ok()) {
@@ -577,8 +631,8 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
       }
       h[o_kvlen + i] = static_cast<int32_t>(r.start_position + r.token_ids.size());
       absl::Span<const int32_t> table = kv_cache_->block_table(r.kv_handle);
-      int32_t* dst = h + o_tables + static_cast<size_t>(i) * max_table;
-      std::fill(dst, dst + max_table, 0);
+      int32_t* dst = h + o_tables + static_cast<size_t>(i) * host_table;
+      std::fill(dst, dst + host_table, 0);
       std::copy(table.begin(), table.end(), dst);
       h[o_rings + i] = std::max(0, kv_cache_->ring(r.kv_handle));
     }
@@ -594,8 +648,8 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
       }
       pad_left -= len;
       h[o_kvlen + i] = 1;
-      int32_t* dst = h + o_tables + static_cast<size_t>(i) * max_table;
-      std::fill(dst, dst + max_table, kvc.num_blocks);
+      int32_t* dst = h + o_tables + static_cast<size_t>(i) * host_table;
+      std::fill(dst, dst + host_table, kvc.num_blocks);
       h[o_rings + i] = kvc.max_requests;
     }
     h[o_qstart + nb] = row;
@@ -623,7 +677,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   full_layout.block_size = kvc.block_size;
   full_layout.num_kv_heads = sh.kv_heads;
   full_layout.head_dim = sh.head_dim;
-  full_layout.max_blocks_per_req = max_table;
+  full_layout.max_blocks_per_req = table_pitch;
   // A ring per request: slot = ring * ring_size + position % ring_size.
   KvCacheLayout ring_layout = full_layout;
   ring_layout.num_blocks = kvc.max_requests + 1;  // the scratch ring last
@@ -648,7 +702,9 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
         reserve(buf.o_out, rows(T) * sh.hidden, 2),
         reserve(buf.gate_up, rows(T) * 2 * sh.inter, 2),
         reserve(buf.act, rows(T) * sh.inter, 2), reserve(buf.mlp_out, rows(T) * sh.hidden, 2),
-        reserve(buf.selected, static_cast<size_t>(out_rows) * sh.hidden, 2),
+        // (Only passes that pick their wanted rows out, which never replay:
+        // a graph pass computes every row's logits.)
+        reserve(buf.selected, head_rows != t ? static_cast<size_t>(out_rows) * sh.hidden : 0, 2),
         reserve(buf.local_logits, rows(head_rows) * sh.vocab_shard, 4),
         // Grown here, before the step's collectives are queued: cudaFree
         // waits for the whole device, without the NCCL timeout.
@@ -672,6 +728,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
     if (on_graph_buffers) DropGraphs();
     moved = 0;
   }
+  if (ahead != nullptr && ahead->size_only) return absl::OkStatus();
 
   float* residual = buf.residual.as<float>();
   uint16_t* normed = buf.normed.as<uint16_t>();
@@ -685,8 +742,21 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
 
   // The metadata goes up first; device-resident token ids then overwrite
   // the (placeholder) ids the host wrote.
-  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buf.meta.as<int32_t>(), h, total * sizeof(int32_t),
-                                               cudaMemcpyHostToDevice, stream_));
+  // Rows of the block tables past host_table are never read (a request
+  // reads the entries of its context only), so they go up as written.
+  if (host_table == table_pitch) {
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buf.meta.as<int32_t>(), h,
+                                                 host_total * sizeof(int32_t),
+                                                 cudaMemcpyHostToDevice, stream_));
+  } else {
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buf.meta.as<int32_t>(), h,
+                                                 o_tables * sizeof(int32_t),
+                                                 cudaMemcpyHostToDevice, stream_));
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+        buf.meta.as<int32_t>() + o_tables, table_pitch * sizeof(int32_t), h + o_tables,
+        host_table * sizeof(int32_t), host_table * sizeof(int32_t), nb, cudaMemcpyHostToDevice,
+        stream_));
+  }
   VERDICT_CUDA_RETURN_IF_ERROR(cudaEventRecord(meta_uploaded_, stream_));
   if (batch.device_token_ids != nullptr) {
     VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buf.meta.as<int32_t>() + o_ids,
@@ -764,7 +834,9 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
       if (!s.ok()) return s;
       if (s = AllReduce(mlp_out, T * sh.hidden, DataType::kBFloat16); !s.ok()) return s;
     }
-    if (out_rows == 0) return absl::OkStatus();
+    // (A pass captured ahead wants no rows, but its graph must hold the
+    // head that later passes of its shape need.)
+    if (head_rows == 0) return absl::OkStatus();
 
     // ---- Final norm and the LM head on the wanted rows. ----
     absl::Status s = InvokeAddRmsNorm(mlp_out, residual, final_norm_.as<uint16_t>(), normed, t,
@@ -803,8 +875,8 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   const bool wait = batch.wait || tp_.size > 1;
   const EagerReason eager = out_rows != real_tokens && !all_rows ? EagerReason::kPartialLogits
                                                                  : EagerReason::kUncapturable;
-  absl::Status s = EnqueueMaybeGraph(GraphKey{nb, t, max_query, max_table, kv_bound}, graphable,
-                                     eager, enqueue);
+  absl::Status s = EnqueueMaybeGraph(GraphKey{nb, t, max_query, table_pitch, kv_bound}, graphable,
+                                     eager, enqueue, ahead != nullptr);
   if (!s.ok()) return s;
   if (out_rows == 0) {
     if (!wait) return absl::OkStatus();
@@ -913,6 +985,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaLlamaModel(const ModelCon
   model->set_cuda_graphs(options.cuda_graphs);
   model->set_pad_graph_shapes(options.pad_graph_shapes);
   model->set_graph_pass_tokens(options.graph_pass_tokens);
+  model->set_graph_max_context(options.graph_max_context);
   if (tp.size > 1 && options.one_shot_all_reduce != nullptr) {
     if (options.one_shot_all_reduce->world_size() != tp.size ||
         options.one_shot_all_reduce->rank() != tp.rank) {

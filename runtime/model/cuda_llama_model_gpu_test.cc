@@ -271,12 +271,19 @@ TEST(CudaLlamaModelTest, GraphReplayEqualsEagerLaunches) {
 
 // Ragged steps (per-request query lengths 1 to 6, a changing subset of the
 // requests, catch-up passes that want one row of two) padded to repeating
-// launch shapes: the same logits, bit for bit,
-// as the same steps run eagerly and as graphs of the exact shapes, so the
-// phantom requests change no real request's keys or logits; and more passes
-// replay than with exact shapes. `config` with a sliding layer covers the
-// scratch ring, without one the scratch block.
-void RunRaggedPadding(const ModelConfig& config, const std::string& name) {
+// launch shapes: the same logits, bit for bit, as the same steps run
+// eagerly. `config` with a sliding layer covers the scratch ring, without
+// one the scratch block.
+//
+// Lazy: graphs captured on a shape's second use, against graphs of the
+// exact shapes and eager launches; the phantom requests change no real
+// request's keys or logits, and more passes replay than with exact shapes.
+// Ahead: every shape the steps can reach captured before the first request
+// (ModelRunner::CaptureGraphs, on phantoms only), with the graphs' context
+// fixed (graph_max_context), against eager launches of that context: no
+// step runs eagerly, every one replays.
+enum class Capture { kLazy, kAhead };
+void RunRaggedPadding(const ModelConfig& config, const std::string& name, Capture capture) {
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
   RandomModelOptions random;
   random.seed = 5;
@@ -285,30 +292,56 @@ void RunRaggedPadding(const ModelConfig& config, const std::string& name) {
   ASSERT_TRUE(WriteRandomModel(dir, config, random).ok());
   auto weights = OpenCheckpointWeights(dir);
   ASSERT_TRUE(weights.ok()) << weights.status();
+  constexpr int kRequests = 5;
+  constexpr int kMaxQuery = 6;
+  constexpr int kContext = 400;
   struct Variant {
     bool graphs;
     bool pad;
   };
-  const std::vector<Variant> variants = {{true, true}, {true, false}, {false, false}};
+  // The eager variant last.
+  const std::vector<Variant> variants = capture == Capture::kLazy
+                                            ? std::vector<Variant>{{true, true}, {true, false},
+                                                                   {false, false}}
+                                            : std::vector<Variant>{{true, true}, {false, false}};
+  const size_t eager = variants.size() - 1;
   std::vector<std::unique_ptr<KvCache>> caches;
   std::vector<std::unique_ptr<ModelRunner>> models;
   for (const Variant& v : variants) {
-    caches.push_back(MakeKvCache(config, 6));
+    caches.push_back(MakeKvCache(config, kMaxQuery));
     ASSERT_NE(caches.back(), nullptr);
     CudaModelOptions options;
     options.cuda_graphs = v.graphs;
     options.pad_graph_shapes = v.pad;
+    if (capture == Capture::kAhead) options.graph_max_context = kContext;
     auto model = CreateCudaLlamaModel(config, **weights, caches.back().get(), nullptr, options);
     ASSERT_TRUE(model.ok()) << model.status();
     models.push_back(*std::move(model));
   }
+  if (capture == Capture::kAhead) {
+    std::vector<int> queries;
+    for (int q = 1; q <= kMaxQuery; ++q) queries.push_back(q);
+    const std::vector<GraphShape> shapes = StartupGraphShapes(kRequests, queries, GraphTiers::kAll);
+    int last = 0;
+    auto captured = models[0]->CaptureGraphs(shapes, [&](int done) { last = done; });
+    ASSERT_TRUE(captured.ok()) << captured.status();
+    EXPECT_EQ(captured->captured, static_cast<int>(shapes.size())) << name;
+    EXPECT_EQ(captured->failed, 0) << name;
+    EXPECT_EQ(last, static_cast<int>(shapes.size())) << name;
+    // Capturing is not serving: nothing counted as replayed or eager.
+    EXPECT_EQ(models[0]->graph_replays(), 0) << name;
+    EXPECT_EQ(models[0]->eager_passes(ModelRunner::EagerReason::kFirstUse), 0) << name;
+    // A model without graphs captures nothing.
+    auto none = models[eager]->CaptureGraphs(shapes, nullptr);
+    ASSERT_TRUE(none.ok()) << none.status();
+    EXPECT_EQ(none->captured, 0) << name;
+  }
   const int vocab = config.vocab_size;
-  constexpr int kRequests = 5;
   std::mt19937 rng(31);
   std::vector<int> handles;
   for (auto& kv : caches) {
     handles.clear();
-    for (int i = 0; i < kRequests; ++i) handles.push_back(*kv->Allocate(400));
+    for (int i = 0; i < kRequests; ++i) handles.push_back(*kv->Allocate(kContext - kMaxQuery));
   }
   std::vector<int64_t> next(kRequests);
   std::vector<std::vector<int32_t>> prompts(kRequests);
@@ -334,6 +367,7 @@ void RunRaggedPadding(const ModelConfig& config, const std::string& name) {
            models[0]->graph_replays();
   };
   const int64_t prefill_graphed = graphed();
+  const int64_t prefill_replays = models[0]->graph_replays();
   for (int step = 0; step < 40; ++step) {
     ForwardBatch verify;
     std::vector<std::vector<int32_t>> block(kRequests);
@@ -342,7 +376,7 @@ void RunRaggedPadding(const ModelConfig& config, const std::string& name) {
     const bool catch_up = step % 5 == 4;
     for (int i = 0; i < kRequests; ++i) {
       if (step % 4 == 3 && i % 2 == 1) continue;  // some steps leave requests out
-      block[i] = RandomTokens(rng, catch_up ? 2 : 1 + static_cast<int>(rng() % 6), vocab);
+      block[i] = RandomTokens(rng, catch_up ? 2 : 1 + static_cast<int>(rng() % kMaxQuery), vocab);
       verify.requests.push_back({handles[i], next[i], block[i], catch_up ? 1 : -1});
       // Accept a random prefix: the next step rewrites the rest.
       next[i] += catch_up ? 2 : 1 + static_cast<int64_t>(rng() % block[i].size());
@@ -352,8 +386,21 @@ void RunRaggedPadding(const ModelConfig& config, const std::string& name) {
     for (size_t m = 0; m < models.size(); ++m) {
       ASSERT_TRUE(models[m]->Forward(verify, out[m].data()).ok()) << name << " step " << step;
     }
-    ASSERT_EQ(out[0], out[2]) << name << " step " << step << ": padded graphs against eager";
-    ASSERT_EQ(out[1], out[2]) << name << " step " << step << ": exact graphs against eager";
+    ASSERT_EQ(out[0], out[eager]) << name << " step " << step << ": padded graphs against eager";
+    if (capture == Capture::kLazy) {
+      ASSERT_EQ(out[1], out[eager]) << name << " step " << step << ": exact graphs against eager";
+    }
+  }
+  EXPECT_EQ(models[eager]->graph_replays(), 0) << name;
+  // No verify or catch-up step ran eager for its partial logits.
+  EXPECT_EQ(models[0]->eager_passes(ModelRunner::EagerReason::kPartialLogits), prefill_passes)
+      << name;
+  EXPECT_EQ(models[0]->eager_passes(ModelRunner::EagerReason::kCaptureFailed), 0) << name;
+  EXPECT_EQ(graphed(), prefill_graphed + 40) << name;
+  if (capture == Capture::kAhead) {
+    // Every step replayed a graph captured before it.
+    EXPECT_EQ(models[0]->graph_replays(), prefill_replays + 40) << name;
+    return;
   }
   // The exact shapes rarely repeat; the padded ones do, once the step
   // buffers have grown to the largest step (which drops the graphs).
@@ -362,20 +409,22 @@ void RunRaggedPadding(const ModelConfig& config, const std::string& name) {
               static_cast<long long>(models[1]->graph_replays()));
   EXPECT_GT(models[0]->graph_replays(), models[1]->graph_replays()) << name;
   EXPECT_GE(models[0]->graph_replays(), 15) << name;
-  EXPECT_EQ(models[2]->graph_replays(), 0) << name;
-  // No verify or catch-up step ran eager for its partial logits.
-  EXPECT_EQ(models[0]->eager_passes(ModelRunner::EagerReason::kPartialLogits), prefill_passes)
-      << name;
-  EXPECT_EQ(models[0]->eager_passes(ModelRunner::EagerReason::kCaptureFailed), 0) << name;
-  EXPECT_EQ(graphed(), prefill_graphed + 40) << name;
 }
 
 TEST(CudaLlamaModelTest, RaggedStepsPaddedToRepeatingShapes) {
   ModelConfig c = SmallLlamaConfig();
-  RunRaggedPadding(c, "ragged_full");
+  RunRaggedPadding(c, "ragged_full", Capture::kLazy);
   c.sliding_window = 8;
   c.layer_uses_sliding_window = {true, false};
-  RunRaggedPadding(c, "ragged_sliding");
+  RunRaggedPadding(c, "ragged_sliding", Capture::kLazy);
+}
+
+TEST(CudaLlamaModelTest, ShapesCapturedAheadServeEveryStep) {
+  ModelConfig c = SmallLlamaConfig();
+  RunRaggedPadding(c, "ahead_full", Capture::kAhead);
+  c.sliding_window = 8;
+  c.layer_uses_sliding_window = {true, false};
+  RunRaggedPadding(c, "ahead_sliding", Capture::kAhead);
 }
 
 // The draft loop's passes: token ids read from device memory and a pass

@@ -17,6 +17,7 @@
 #define VERDICT_RUNTIME_MODEL_LLAMA_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "comm/communicator.h"
+#include "runtime/model/graph_shapes.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/weights.h"
@@ -100,6 +102,23 @@ class ModelRunner {
       EagerReason::kCaptureFailed};
   static const char* EagerReasonName(EagerReason reason);
   virtual int64_t eager_passes(EagerReason /*reason*/) const { return 0; }
+
+  // Captures the CUDA graphs of these launch shapes ahead of serving, so
+  // that no step of theirs runs eagerly on its first use (the CUDA backend
+  // with graphs on; host backends do nothing). Each shape runs once eagerly
+  // on phantom requests only, which touch no request's keys, then is
+  // captured. `progress` (if set) is called after each shape with the
+  // number done. Every tensor-parallel rank calls it with the same shapes.
+  struct GraphCapture {
+    int captured = 0;             // shapes captured (or already held)
+    int failed = 0;               // shapes whose capture was refused
+    int64_t device_bytes = 0;     // device memory the captures took
+  };
+  virtual absl::StatusOr<GraphCapture> CaptureGraphs(
+      const std::vector<GraphShape>& /*shapes*/,
+      const std::function<void(int done)>& /*progress*/ = nullptr) {
+    return GraphCapture{};
+  }
 };
 
 struct CpuModelOptions {

@@ -35,11 +35,17 @@ struct AttentionCaseSpec {
   int ring_blocks = 0;       // ring only; 0: enough blocks for window + query tokens
   std::vector<int> q_lens;   // query tokens per request this step
   std::vector<int> kv_lens;  // context per request after this step's write
+  // > 0: the launch's bound on the context (PagedBatch::max_kv_len) when
+  // longer than every request's, as for a CUDA graph that serves any
+  // context: its KV splits past a request's keys are empty.
+  int launch_kv_bound = 0;
   uint64_t seed = 1;
 
   std::string Name() const {
     return absl::StrCat("heads=", num_heads, "/", num_kv_heads, " head_dim=", head_dim,
-                        " block=", block_size, " window=", window, ring ? " ring" : "", " q_lens=[",
+                        " block=", block_size, " window=", window, ring ? " ring" : "",
+                        launch_kv_bound > 0 ? absl::StrCat(" bound=", launch_kv_bound) : "",
+                        " q_lens=[",
                         absl::StrJoin(q_lens, ","), "] kv_lens=[", absl::StrJoin(kv_lens, ","),
                         "]");
   }
@@ -141,7 +147,7 @@ inline AttentionCase MakeAttentionCase(const AttentionCaseSpec& spec) {
       c.positions.push_back(spec.kv_lens[r] - spec.q_lens[r] + i);
     }
     c.max_q = std::max(c.max_q, spec.q_lens[r]);
-    c.max_kv = std::max(c.max_kv, spec.kv_lens[r]);
+    c.max_kv = std::max({c.max_kv, spec.kv_lens[r], spec.launch_kv_bound});
   }
   c.total_q = c.q_start.back();
 
