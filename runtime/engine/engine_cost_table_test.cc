@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/local_communicator.h"
@@ -119,24 +120,32 @@ TEST(EngineCostTableTest, AutoPlansWithTheTableOfThisEnginesKeyOnly) {
   }
 }
 
-// The H200 table the project ships is found for the public models it was
-// measured with (builtin:llama-3.1-8b with builtin:llama-3.2-1b, TP 1),
-// keyed as the engine keys them.
-TEST(EngineCostTableTest, TheBundledH200TableIsFoundForItsModels) {
+// The H200 and H100 tables the project ships are found for the public
+// models they were measured with (builtin:llama-3.1-8b with
+// builtin:llama-3.2-1b, TP 1), keyed as the engine keys them, each on its
+// own GPU only.
+TEST(EngineCostTableTest, TheBundledTablesAreFoundForTheirModelsAndGpus) {
   const absl::StatusOr<ModelConfig> target = BuiltinModelConfig("llama-3.1-8b");
   const absl::StatusOr<ModelConfig> draft = BuiltinModelConfig("llama-3.2-1b");
   ASSERT_TRUE(target.ok() && draft.ok());
-  CostTableKey key;
-  key.origin = {"NVIDIA H200", ModelShapeName(*target), ModelShapeName(*draft)};
   const std::vector<std::string> dirs = {"deploy/cost_tables"};
-  const CostTableSearch search = FindCostTable(dirs, key);
-  ASSERT_TRUE(search.table.has_value()) << DescribeCostTableKey(key);
-  EXPECT_NE(search.path->find("h200-llama-3.1-8b-draft-llama-3.2-1b-tp1-split.json"),
-            std::string::npos)
-      << *search.path;
-  EXPECT_TRUE(search.refused.empty());
-  key.tp = 2;
-  EXPECT_FALSE(FindCostTable(dirs, key).table.has_value());
+  for (const auto& [device, file] :
+       {std::pair<std::string, std::string>{"NVIDIA H200",
+                                            "h200-llama-3.1-8b-draft-llama-3.2-1b-tp1-split.json"},
+        {"NVIDIA H100 80GB HBM3", "h100-llama-3.1-8b-draft-llama-3.2-1b-tp1-split.json"}}) {
+    CostTableKey key;
+    key.origin = {device, ModelShapeName(*target), ModelShapeName(*draft)};
+    const CostTableSearch search = FindCostTable(dirs, key);
+    ASSERT_TRUE(search.table.has_value()) << DescribeCostTableKey(key);
+    EXPECT_NE(search.path->find(file), std::string::npos) << *search.path;
+    EXPECT_TRUE(search.table->has_draft_split()) << file;
+    EXPECT_TRUE(search.refused.empty());
+    key.tp = 2;
+    EXPECT_FALSE(FindCostTable(dirs, key).table.has_value()) << device;
+  }
+  CostTableKey other;
+  other.origin = {"NVIDIA A100-SXM4-80GB", ModelShapeName(*target), ModelShapeName(*draft)};
+  EXPECT_FALSE(FindCostTable(dirs, other).table.has_value());
 }
 
 }  // namespace
