@@ -12,10 +12,15 @@ namespace {
 
 constexpr std::uintmax_t kMaxTableBytes = std::uintmax_t{16} << 20;
 
+// Everything of the key but the GPU: the same models, TP degree and gamma.
+bool MatchesOnAnyDevice(const CostTable& table, const CostTableKey& key) {
+  return table.origin().has_value() && table.origin()->target == key.origin.target &&
+         table.origin()->draft == key.origin.draft && table.measured_tp() == key.tp &&
+         table.has_draft_split() && table.draft_passes() == key.gamma;
+}
+
 bool Matches(const CostTable& table, const CostTableKey& key) {
-  return table.origin().has_value() && *table.origin() == key.origin &&
-         table.measured_tp() == key.tp && table.has_draft_split() &&
-         table.draft_passes() == key.gamma;
+  return MatchesOnAnyDevice(table, key) && table.origin()->device == key.origin.device;
 }
 
 // Lower-case letters and digits of `text`, other runs as one '-'.
@@ -73,7 +78,14 @@ CostTableSearch FindCostTable(absl::Span<const std::string> dirs, const CostTabl
       if (Matches(*table, key)) {
         search.path = file.string();
         search.table = *std::move(table);
+        search.other_device = false;
         return search;
+      }
+      if (!search.table.has_value() && MatchesOnAnyDevice(*table, key)) {
+        // Kept in case no table of this GPU follows.
+        search.path = file.string();
+        search.table = *std::move(table);
+        search.other_device = true;
       }
     }
   }

@@ -7,6 +7,14 @@
 // same TP degree, and draft_passes equal to the server's gamma (a table of
 // another gamma measured other steps). A table without "measured_on" is
 // never picked: it could be from any machine.
+//
+// Where no table was measured on this GPU, the first one of the same
+// models, TP degree and gamma measured on another GPU is taken instead, and
+// said to be: the planners choose by comparing a step's costs with each
+// other (expected tokens per second of each choice), so a table scaled by a
+// constant gives the same plans, and another GPU's relative costs of a
+// draft pass, a verify row and a request are a far closer guess than no
+// table at all, which drafts every request at every batch size.
 #ifndef VERDICT_SCHEDULER_COST_TABLE_CATALOG_H_
 #define VERDICT_SCHEDULER_COST_TABLE_CATALOG_H_
 
@@ -35,6 +43,8 @@ std::string CostTableFileName(const CostTableKey& key);
 struct CostTableSearch {
   std::optional<std::string> path;  // the table picked, if any
   std::optional<CostTable> table;
+  // The table picked was measured on another GPU (no table of this one).
+  bool other_device = false;
   int tables_seen = 0;  // JSON files that loaded, picked or not
   // Files that did not load: "path: reason", for the log.
   std::vector<std::string> refused;

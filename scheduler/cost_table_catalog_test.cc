@@ -98,6 +98,40 @@ TEST_F(CostTableCatalogTest, EveryPartOfTheKeyMustMatch) {
             (root_ / "cache" / "b-gamma4.json").string());
 }
 
+// No table of this GPU: the first of the same models, TP degree and gamma
+// measured on another GPU, said to be from there; a table of this GPU
+// anywhere in the list still comes first, and nothing else of the key is
+// relaxed.
+TEST_F(CostTableCatalogTest, AnotherGpusTableOfTheSameModelsWhenThisGpuHasNone) {
+  const CostTableOrigin h100{"NVIDIA H100 80GB HBM3", kH200.target, kH200.draft};
+  Write("cache", "a-other-draft.json",
+        Table(CostTableOrigin{"NVIDIA A100", kH200.target, "llama h1024"}, 1, 5.0).ToJson());
+  Write("cache", "b-tp2.json", Table(CostTableOrigin{"NVIDIA A100", kH200.target, kH200.draft}, 2, 6.0).ToJson());
+  Write("cache", "c-a100.json",
+        Table(CostTableOrigin{"NVIDIA A100", kH200.target, kH200.draft}, 1, 7.0).ToJson());
+  Write("bundled", "h200.json", Table(kH200, 1, 8.0).ToJson());
+  const std::vector<std::string> dirs = {Dir("cache"), Dir("bundled")};
+
+  const CostTableSearch search = FindCostTable(dirs, Key(h100));
+  ASSERT_TRUE(search.table.has_value());
+  EXPECT_TRUE(search.other_device);
+  EXPECT_EQ(*search.path, (root_ / "cache" / "c-a100.json").string());
+  EXPECT_EQ(search.table->Predict(1, 1), 7.0 * 0.010);
+  EXPECT_EQ(search.tables_seen, 4);
+
+  // This GPU's table, though it comes after another GPU's.
+  const CostTableSearch own = FindCostTable(dirs, Key());
+  ASSERT_TRUE(own.table.has_value());
+  EXPECT_FALSE(own.other_device);
+  EXPECT_EQ(*own.path, (root_ / "bundled" / "h200.json").string());
+
+  // Other models, TP degree or gamma: nothing.
+  EXPECT_FALSE(FindCostTable(dirs, Key(h100, 4)).table.has_value());
+  EXPECT_FALSE(FindCostTable(dirs, Key(h100, 1, 4)).table.has_value());
+  EXPECT_FALSE(
+      FindCostTable(dirs, Key(CostTableOrigin{h100.device, "llama h8192", kH200.draft})).table.has_value());
+}
+
 TEST_F(CostTableCatalogTest, ACorruptFileIsSkippedWithItsReason) {
   Write("cache", "a.json", "{\"batch_sizes\": [1], ");
   Write("cache", "b.txt", Table(kH200, 1, 9.0).ToJson());  // not *.json: not read

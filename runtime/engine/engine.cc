@@ -58,7 +58,17 @@ absl::StatusOr<std::optional<CostTable>> AutoCostTable(const EngineOptions& opti
     for (const std::string& refused : search.refused) {
       std::fprintf(stderr, "verdict: cost table auto: skipped %s\n", refused.c_str());
     }
-    if (search.table.has_value()) {
+    if (search.table.has_value() && search.other_device) {
+      std::fprintf(stderr,
+                   "verdict: cost table auto: none of the %d tables in [%s] was measured on %s; "
+                   "planning with %s, measured on %s for the same models (plans follow the "
+                   "relative costs, which another GPU's table approximates; verdict profile "
+                   "measures this GPU's and writes it where this server looks)\n",
+                   search.tables_seen, absl::StrJoin(options.cost_table_dirs, ", ").c_str(),
+                   DescribeCostTableKey(key).c_str(), search.path->c_str(),
+                   search.table->origin()->device.c_str());
+      bytes = search.table->ToJson();
+    } else if (search.table.has_value()) {
       std::fprintf(stderr, "verdict: cost table auto: %s (measured on %s)\n",
                    search.path->c_str(), DescribeCostTableKey(key).c_str());
       bytes = search.table->ToJson();

@@ -1,8 +1,9 @@
 // --cost-table auto in the engine (scheduler/cost_table_catalog.h): the
 // engine keys its cost tables by its device, its models' shapes, its TP
-// degree and gamma, plans with the catalog's table of that key, and with
-// none when the catalog holds only other keys' tables. The project's H200
-// table is found for the models it was measured with.
+// degree and gamma, plans with the catalog's table of that key, with
+// another GPU's table of the same models when it has none of its own, and
+// with none when the catalog holds only other models' tables. The project's
+// H200 and H100 tables are found for the models they were measured with.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -38,12 +39,14 @@ std::unique_ptr<Engine> MakeEngine(Communicator* comm, const std::string& dir) {
 }
 
 // A draft pass costs ten verify rows (1 ms a row, 10 ms a pass, 0.1 ms a
-// step): a table with a draft split, measured on `origin`.
-void WriteCostlyDraftTable(const std::string& path, const CostTableOrigin& origin) {
-  const auto cell = [](int m) { return 1e-4 + 1e-3 * m + 5 * 1e-2; };
+// step; all times `scale`): a table with a draft split, measured on
+// `origin`.
+void WriteCostlyDraftTable(const std::string& path, const CostTableOrigin& origin,
+                           double scale = 1.0) {
+  const auto cell = [scale](int m) { return scale * (1e-4 + 1e-3 * m + 5 * 1e-2); };
   CostTable t = *CostTable::Create({1, 16}, {1, 16, 96},
                                    {cell(1), cell(16), cell(96), cell(1), cell(16), cell(96)});
-  ASSERT_TRUE(t.SetDraftSplit({0.01, 0.01}, 5).ok());
+  ASSERT_TRUE(t.SetDraftSplit({scale * 0.01, scale * 0.01}, 5).ok());
   t.set_measured_tp(1);
   t.set_origin(origin);
   std::ofstream(path) << t.ToJson();
@@ -91,10 +94,13 @@ TEST(EngineCostTableTest, AutoPlansWithTheTableOfThisEnginesKeyOnly) {
   EXPECT_EQ(key.tp, 1);
   EXPECT_EQ(key.gamma, 5);
 
-  // Only another device's table: no table, so every request drafts its
-  // cap and nothing is priced.
+  // Only other models' tables (another draft, on this device and on
+  // another): no table, so every request drafts its cap and nothing is
+  // priced.
   WriteCostlyDraftTable((dir / "a.json").string(),
-                        CostTableOrigin{"NVIDIA H200", key.origin.target, key.origin.draft});
+                        CostTableOrigin{key.origin.device, key.origin.target, "llama h8"});
+  WriteCostlyDraftTable((dir / "b.json").string(),
+                        CostTableOrigin{"NVIDIA H200", key.origin.target, "llama h8"});
   {
     std::unique_ptr<Engine> engine = MakeEngine(&comm, dir.string());
     ASSERT_NE(engine, nullptr);
@@ -106,24 +112,40 @@ TEST(EngineCostTableTest, AutoPlansWithTheTableOfThisEnginesKeyOnly) {
     }
   }
 
-  // This key's table beside it: the planners price every step with it, and
-  // the draft planner has a split to plan with (it drafts in full only
-  // while the estimator is on its prior).
-  WriteCostlyDraftTable((dir / "b.json").string(), key.origin);
-  std::unique_ptr<Engine> engine = MakeEngine(&comm, dir.string());
-  ASSERT_NE(engine, nullptr);
-  const std::vector<StepTiming> steps = Serve(*engine);
-  ASSERT_FALSE(steps.empty());
-  for (const StepTiming& t : steps) {
-    EXPECT_GT(t.predicted_seconds, 0) << "step " << t.step;
-    EXPECT_NE(t.draft_reason, DraftReason::kNoDraftSplit) << "step " << t.step;
-  }
+  // Planned steps priced with the table of `scale`: the predictions of two
+  // tables that differ by a constant factor differ by it too.
+  const auto predictions = [&](double* first_planned) {
+    std::unique_ptr<Engine> engine = MakeEngine(&comm, dir.string());
+    ASSERT_NE(engine, nullptr);
+    const std::vector<StepTiming> steps = Serve(*engine);
+    ASSERT_FALSE(steps.empty());
+    for (const StepTiming& t : steps) {
+      EXPECT_GT(t.predicted_seconds, 0) << "step " << t.step;
+      EXPECT_NE(t.draft_reason, DraftReason::kNoDraftSplit) << "step " << t.step;
+    }
+    *first_planned = steps.front().predicted_seconds;
+  };
+
+  // These models measured on another GPU (three times slower): the
+  // planners plan with it.
+  WriteCostlyDraftTable((dir / "c.json").string(),
+                        CostTableOrigin{"NVIDIA H200", key.origin.target, key.origin.draft}, 3.0);
+  double other_gpu = 0;
+  predictions(&other_gpu);
+
+  // This key's table beside it, though later in the directory: the
+  // planners price every step with it, and the draft planner has a split to
+  // plan with (it drafts in full only while the estimator is on its prior).
+  WriteCostlyDraftTable((dir / "d.json").string(), key.origin);
+  double own = 0;
+  predictions(&own);
+  EXPECT_NEAR(other_gpu / own, 3.0, 1e-9);
 }
 
 // The H200 and H100 tables the project ships are found for the public
 // models they were measured with (builtin:llama-3.1-8b with
 // builtin:llama-3.2-1b, TP 1), keyed as the engine keys them, each on its
-// own GPU only.
+// own GPU.
 TEST(EngineCostTableTest, TheBundledTablesAreFoundForTheirModelsAndGpus) {
   const absl::StatusOr<ModelConfig> target = BuiltinModelConfig("llama-3.1-8b");
   const absl::StatusOr<ModelConfig> draft = BuiltinModelConfig("llama-3.2-1b");
@@ -143,9 +165,13 @@ TEST(EngineCostTableTest, TheBundledTablesAreFoundForTheirModelsAndGpus) {
     key.tp = 2;
     EXPECT_FALSE(FindCostTable(dirs, key).table.has_value()) << device;
   }
+  // A GPU without a table of its own plans with another GPU's, said to be.
   CostTableKey other;
   other.origin = {"NVIDIA A100-SXM4-80GB", ModelShapeName(*target), ModelShapeName(*draft)};
-  EXPECT_FALSE(FindCostTable(dirs, other).table.has_value());
+  const CostTableSearch fallback = FindCostTable(dirs, other);
+  ASSERT_TRUE(fallback.table.has_value());
+  EXPECT_TRUE(fallback.other_device);
+  EXPECT_NE(fallback.table->origin()->device, other.origin.device);
 }
 
 }  // namespace
