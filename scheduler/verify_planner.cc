@@ -335,6 +335,40 @@ double VerifyPlanner::PredictStep(int64_t batch, int64_t verify_tokens) const {
   return v > kMinStepSeconds ? v : kMinStepSeconds;
 }
 
+template <typename Priced>
+void VerifyPlanner::SweepLaunchedRows(int64_t batch, const Priced& priced, int64_t* k_star,
+                                      double* tau_star) {
+  // As the budget grows by the sorted candidates, each request's verify
+  // length is one plus the candidates of it taken so far, and the step's
+  // longest query their maximum.
+  constexpr uint32_t kRequestMask = (uint32_t{1} << kRequestBits) - 1;
+  taken_.assign(static_cast<size_t>(batch), 0);
+  int max_query = 1;
+  int64_t launched = options_.launch_tokens(batch, batch, max_query);
+  double cost = priced(curve_.At(static_cast<double>(launched)));
+  double best_cost = cost;  // k = 0
+  launched_rows_ = launched;
+  double tau = static_cast<double>(batch);
+  const Candidate* const sorted = sorted_.data();
+  for (int64_t k = 1; k <= num_candidates_; ++k) {
+    const Candidate& c = sorted[k - 1];
+    const int len = ++taken_[c.slot & kRequestMask] + 1;
+    const int64_t rows = batch + k;
+    if (len > max_query || rows > launched) {
+      max_query = std::max(max_query, len);
+      launched = options_.launch_tokens(batch, rows, max_query);
+      cost = priced(curve_.At(static_cast<double>(launched)));
+    }
+    tau += c.survival;
+    if (tau * best_cost > *tau_star * cost) {
+      *k_star = k;
+      *tau_star = tau;
+      best_cost = cost;
+      launched_rows_ = launched;
+    }
+  }
+}
+
 absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
   const int gamma = options_.gamma;
   const int64_t batch = static_cast<int64_t>(input.max_verify_lens.size());
@@ -502,22 +536,28 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
       return v > kMinStepSeconds ? v : kMinStepSeconds;
     };
     double tau = static_cast<double>(batch);
-    double best_cost = priced(curve_.At(static_cast<double>(batch)));  // k = 0
     const Candidate* const sorted = sorted_.data();
-    curve_.Sweep(static_cast<double>(batch + 1), num_candidates_, [&](int64_t index, double raw) {
-      const int64_t k = index + 1;
-      const double cost = priced(raw);
-      tau += sorted[index].survival;
-      if (tau * best_cost > tau_star * cost) {
-        // Kept a branch (the empty asm stops if-conversion): improvements
-        // come in long predictable runs, and conditional moves would put the
-        // update on the loop's critical path.
-        asm volatile("");
-        k_star = k;
-        tau_star = tau;
-        best_cost = cost;
-      }
-    });
+    if (options_.launch_tokens) {
+      SweepLaunchedRows(batch, priced, &k_star, &tau_star);
+    } else {
+      double best_cost = priced(curve_.At(static_cast<double>(batch)));  // k = 0
+      curve_.Sweep(static_cast<double>(batch + 1), num_candidates_,
+                   [&](int64_t index, double raw) {
+                     const int64_t k = index + 1;
+                     const double cost = priced(raw);
+                     tau += sorted[index].survival;
+                     if (tau * best_cost > tau_star * cost) {
+                       // Kept a branch (the empty asm stops if-conversion):
+                       // improvements come in long predictable runs, and
+                       // conditional moves would put the update on the
+                       // loop's critical path.
+                       asm volatile("");
+                       k_star = k;
+                       tau_star = tau;
+                       best_cost = cost;
+                     }
+                   });
+    }
   }
 
   for (int64_t i = 0; i < batch; ++i) plan->verify_lens[i] = 1;
@@ -532,7 +572,9 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
   // profiler measures exactly its rows.
   plan->packed = options_.mode == VerifyMode::kCompact && (pinned || k_star < block_drafts_);
   plan->verify_tokens = plan->packed ? batch + k_star : block_rows_;
-  plan->predicted_step_seconds = PredictStep(batch, plan->verify_tokens);
+  plan->predicted_step_seconds = PredictStep(batch, plan->packed && options_.launch_tokens
+                                                        ? launched_rows_
+                                                        : plan->verify_tokens);
   plan->predicted_committed_tokens = tau_star;
   return absl::OkStatus();
 }

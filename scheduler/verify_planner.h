@@ -83,6 +83,15 @@ struct PlannerOptions {
   std::optional<double> pinned_budget_fraction;
   // Receives the planner's one-time notices (no cost table). Null: stderr.
   std::function<void(std::string_view)> log;
+  // If set, the rows a packed step of `tokens` rows over `requests` requests,
+  // the longest verifying max_query of them, actually launches: the CUDA
+  // backend pads it to a captured graph's token tier
+  // (runtime/model/graph_shapes.h). The planner then prices each budget at
+  // its launched rows, so that it fills a tier it pays for. The function
+  // must not decrease as tokens grow, and must give launch(T0) for every T
+  // in (T0, launch(T0)] at the same max_query: the planner calls it once a
+  // tier.
+  std::function<int64_t(int64_t requests, int64_t tokens, int max_query)> launch_tokens;
 };
 
 // One step's requests, index i = 0..B-1 (the batch order the engine uses).
@@ -214,6 +223,11 @@ class VerifyPlanner {
   // descending, then j, then i): two radix passes on the survival's top
   // bits, then an insertion sort for candidates that share a key.
   void SortCandidates();
+  // k* = argmax tau(k) / cost(B, launched rows of B + k) over the sorted
+  // candidates (PlannerOptions::launch_tokens), updating *k_star and
+  // *tau_star (which hold k = 0 on entry) and launched_rows_.
+  template <typename Priced>
+  void SweepLaunchedRows(int64_t batch, const Priced& priced, int64_t* k_star, double* tau_star);
 
   PlannerOptions options_;
   std::optional<CostTable> cost_table_;
@@ -235,6 +249,8 @@ class VerifyPlanner {
   int64_t block_rows_ = 0;     // this step's uniform layout
   int64_t block_drafts_ = 0;   // drafts in it
   int digit_bits_ = 1;  // radix digit width of this step's keys
+  std::vector<int32_t> taken_;  // SweepLaunchedRows: candidates taken per request
+  int64_t launched_rows_ = 0;   // the launched rows of the chosen budget
   CostCurve curve_;
 };
 

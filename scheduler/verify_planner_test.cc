@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/model/graph_shapes.h"
 #include "scheduler/acceptance_estimator.h"
 #include "scheduler/cost_table.h"
 
@@ -672,6 +675,82 @@ TEST(VerifyPlannerRandomTest, LargeBatchesMatchTheReferenceOrder) {
       EXPECT_EQ(plan.verify_lens, ReferenceLengths(c, p, plan.budget)) << "trial " << trial;
     }
   }
+}
+
+// With launched rows (the CUDA backend's graph tiers, runtime/model/
+// graph_shapes.h), each budget is priced at the rows its step launches: the
+// plan is the first best of tau(k) / cost(B, launched(B + k)) over the
+// sorted order, where the longest query is that of the first k candidates;
+// so a planned budget fills its tier.
+TEST(VerifyPlannerRandomTest, LaunchedRowsPricingMatchesBruteForce) {
+  std::mt19937_64 rng(20261206);
+  const auto launched = [](int64_t requests, int64_t tokens, int max_query) -> int64_t {
+    return PaddedShape(static_cast<int>(requests), static_cast<int>(tokens), max_query).tokens;
+  };
+  int planned = 0, below_tier_end = 0;
+  for (int trial = 0; trial < 1500; ++trial) {
+    const RandomCase c = MakeRandomCase(rng, 48, 6);
+    // A monotone table to 400 rows, steps and slopes at random.
+    const std::vector<double> bs = {1, 8, 32, 64};
+    std::vector<double> ms;
+    for (double m = 1; m <= 400; m += 1 + static_cast<double>(rng() % 40)) ms.push_back(m);
+    std::vector<double> seconds;
+    for (size_t b = 0; b < bs.size(); ++b) {
+      double t = 0.01 + 0.002 * static_cast<double>(b);
+      for (size_t m = 0; m < ms.size(); ++m) {
+        t += rng() % 3 == 0 ? 0.004 * Uniform(rng) : 0.0002 * Uniform(rng);
+        seconds.push_back(t);
+      }
+    }
+    const CostTable table = *CostTable::Create(bs, ms, seconds);
+    PlannerOptions options;
+    options.mode = VerifyMode::kCompact;
+    options.gamma = c.gamma;
+    options.log = [](std::string_view) {};
+    options.launch_tokens = launched;
+    absl::StatusOr<VerifyPlanner> planner = VerifyPlanner::Create(std::move(options), table);
+    ASSERT_TRUE(planner.ok()) << planner.status();
+    const VerifyPlan plan = PlanOrDie(*planner, c.confidences, c.max_lens, c.flags);
+    if (plan.reason == PlanReason::kSmallBatch) continue;
+    ASSERT_EQ(plan.reason, PlanReason::kPlanned);
+    ++planned;
+
+    const Prepared p = Prepare(c);
+    int64_t total = 0;
+    for (int a : p.allowed) total += a;
+    const auto priced_at = [&](int64_t k, int64_t* rows) {
+      const std::vector<int32_t> lens = ReferenceLengths(c, p, k);
+      const int max_query = *std::max_element(lens.begin(), lens.end());
+      *rows = launched(c.batch, c.batch + k, max_query);
+      double tau = c.batch;
+      for (int i = 0; i < c.batch; ++i) {
+        for (int j = 0; j + 1 < lens[i]; ++j) tau += p.survival[i * c.gamma + j];
+      }
+      return std::pair<double, double>{tau, table.Predict(c.batch, static_cast<double>(*rows))};
+    };
+    int64_t best_k = 0, best_rows = 0;
+    auto [best_tau, best_cost] = priced_at(0, &best_rows);
+    std::vector<int64_t> rows_of(total + 1, best_rows);
+    for (int64_t k = 1; k <= total; ++k) {
+      const auto [tau, cost] = priced_at(k, &rows_of[k]);
+      if (tau * best_cost > best_tau * cost) {
+        best_k = k;
+        best_tau = tau;
+        best_cost = cost;
+      }
+    }
+    ASSERT_EQ(plan.budget, best_k) << "trial " << trial;
+    EXPECT_EQ(plan.verify_lens, ReferenceLengths(c, p, best_k)) << "trial " << trial;
+    if (plan.packed) {
+      EXPECT_EQ(plan.predicted_step_seconds, table.Predict(c.batch, rows_of[best_k]))
+          << "trial " << trial;
+    }
+    // The next candidate would have run in the same launch, for more
+    // tokens, unless it is less than nothing (survival 0).
+    if (best_k < total && rows_of[best_k + 1] == rows_of[best_k]) ++below_tier_end;
+  }
+  EXPECT_GT(planned, 500);
+  std::printf("planned %d, budgets below the end of their tier %d\n", planned, below_tier_end);
 }
 
 TEST(VerifyPlannerRandomTest, SamePlanAndHashOnEveryRun) {

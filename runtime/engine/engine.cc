@@ -349,6 +349,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   PlannerOptions planner;
   planner.mode = options.verify_mode;
   planner.gamma = options.num_draft_tokens;
+  if (options.backend == ModelBackend::kCuda && options.cuda_graphs && options.pad_graph_shapes) {
+    // Packed steps run padded to a graph's token tier: price what runs.
+    planner.launch_tokens = [](int64_t requests, int64_t tokens, int max_query) -> int64_t {
+      return PaddedShape(static_cast<int>(requests), static_cast<int>(tokens), max_query).tokens;
+    };
+  }
   const bool log_notices = comm->rank() == 0;
   planner.log = [log_notices](std::string_view message) {
     if (log_notices) std::fprintf(stderr, "verdict: %.*s\n", static_cast<int>(message.size()),
