@@ -102,7 +102,8 @@ Engine::~Engine() = default;
 absl::StatusOr<Engine::Model> Engine::LoadModel(const ModelSource& source,
                                                 const EngineOptions& options,
                                                 int speculative_slots, Communicator* comm,
-                                                Communicator* device_comm, bool is_draft) {
+                                                Communicator* device_comm, bool is_draft,
+                                                int64_t graph_context) {
   const int tp = comm->world_size();
   Model model;
   constexpr absl::string_view kBuiltin = "builtin:";
@@ -156,13 +157,18 @@ absl::StatusOr<Engine::Model> Engine::LoadModel(const ModelSource& source,
     cuda.graph_pass_tokens =
         static_cast<int64_t>(options.max_running_requests) * (is_draft ? 2 : speculative_slots);
     cuda.skinny_gemm = is_draft;
-    // Graphs serve every context the engine admits (and the speculative
-    // slots past it), so that their shapes do not depend on the contexts.
-    const int64_t context = options.max_model_len > 0
-                                ? std::min(options.max_model_len,
-                                           model.config.max_position_embeddings)
-                                : model.config.max_position_embeddings;
-    cuda.graph_max_context = context > 0 ? context + speculative_slots : 0;
+    // Graphs serve every context the engine admits (its max_model_len, at
+    // most the positions the KV cache holds) and the speculative slots past
+    // it, so that their shapes do not depend on the contexts; the draft
+    // serves the target's.
+    int64_t context = graph_context;
+    if (context <= 0) {
+      context = model.config.max_position_embeddings;
+      if (options.max_model_len > 0) context = std::min(context, options.max_model_len);
+      context = std::min(context, options.kv_cache_tokens);
+    }
+    model.graph_context = std::max<int64_t>(context, 0);
+    cuda.graph_max_context = model.graph_context > 0 ? model.graph_context + speculative_slots : 0;
     if (options.one_shot_all_reduce != OneShotAllReduce::kOff && device_comm != nullptr &&
         device_comm->world_size() > 1) {
       // Collective over the ranks (they load the same models in the same
@@ -270,7 +276,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
       draft_device_comm = nullptr;
     }
     absl::StatusOr<Model> draft_model =
-        LoadModel(*draft, options, slots, draft_comm, draft_device_comm, /*is_draft=*/true);
+        LoadModel(*draft, options, slots, draft_comm, draft_device_comm, /*is_draft=*/true,
+                  engine->target_model_.graph_context);
     if (!draft_model.ok()) return draft_model.status();
     if (draft_model->config.vocab_size != tc.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -399,8 +406,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
 }
 
 absl::Status Engine::CaptureGraphsAhead(const EngineOptions& options) {
-  if (options.backend != ModelBackend::kCuda || !options.cuda_graphs ||
-      !options.pad_graph_shapes || options.graph_capture == GraphCaptureTiers::kOff) {
+  if (options.backend != ModelBackend::kCuda || options.graph_capture == GraphCaptureTiers::kOff) {
+    return absl::OkStatus();
+  }
+  if (!options.cuda_graphs || !options.pad_graph_shapes) {
+    // The start-up shapes are padded ones.
+    if (comm_->rank() == 0) {
+      std::fprintf(stderr, "verdict: no CUDA graphs captured at start: --cuda-graphs is %s\n",
+                   options.cuda_graphs ? "exact" : "off");
+    }
     return absl::OkStatus();
   }
   const int batch = options.graph_capture_batch > 0 ? options.graph_capture_batch
@@ -450,9 +464,11 @@ absl::Status Engine::CaptureGraphsAhead(const EngineOptions& options) {
     }
     if (log) {
       std::fprintf(stderr,
-                   "verdict: %s: %d CUDA graphs captured in %.1f s, %.1f MiB of device memory%s\n",
+                   "verdict: %s: %d CUDA graphs captured in %.1f s, %.1f MiB of device memory "
+                   "for their step buffers and %.1f MiB for the graphs%s\n",
                    job.name, captured->captured, absl::ToDoubleSeconds(absl::Now() - start),
-                   static_cast<double>(captured->device_bytes) / (1 << 20),
+                   static_cast<double>(captured->buffer_bytes) / (1 << 20),
+                   static_cast<double>(captured->graph_bytes) / (1 << 20),
                    captured->failed > 0
                        ? absl::StrCat(" (", captured->failed, " refused: they run eagerly)").c_str()
                        : "");

@@ -306,19 +306,25 @@ class Engine : public GenerationService {
     std::unique_ptr<ModelRunner> runner;
     std::unique_ptr<WeightSource> weights;
     ModelConfig config;
+    // The longest context the model's CUDA graphs serve (before the
+    // speculative slots); 0 on host backends.
+    int64_t graph_context = 0;
   };
 
   Engine(const EngineOptions& options, Communicator* comm);
 
-  // `is_draft`: the draft model (the CUDA backend then runs its few-row
-  // products on the skinny GEMM, CudaModelOptions::skinny_gemm).
   // Captures the models' CUDA graphs of EngineOptions::graph_capture's
   // shapes before the engine serves (the CUDA backend), with a progress line
   // and a memory report on rank 0.
   absl::Status CaptureGraphsAhead(const EngineOptions& options);
+  // `is_draft`: the draft model (the CUDA backend then runs its few-row
+  // products on the skinny GEMM, CudaModelOptions::skinny_gemm).
+  // `graph_context`: the context its graphs serve (the target's, for the
+  // draft); 0: this model's own, from the options and its config.
   static absl::StatusOr<Model> LoadModel(const ModelSource& source, const EngineOptions& options,
                                          int speculative_slots, Communicator* comm,
-                                         Communicator* device_comm, bool is_draft);
+                                         Communicator* device_comm, bool is_draft,
+                                         int64_t graph_context = 0);
   absl::Status ValidateRequest(const GenerationRequest& request) const;
 
   // Rank 0: the next control message; waits briefly when idle.

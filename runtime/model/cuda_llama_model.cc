@@ -276,13 +276,23 @@ absl::Status CudaLlamaModel::EnqueueMaybeGraph(const Key& key, bool graphable,
 absl::StatusOr<ModelRunner::GraphCapture> CudaLlamaModel::CaptureGraphs(
     const std::vector<GraphShape>& shapes, const std::function<void(int done)>& progress) {
   GraphCapture report;
-  // Ahead-of-time shapes are padded ones, and need collectives that a graph
-  // can hold.
+  // Ahead-of-time shapes are padded ones of a fixed context (without one a
+  // graph would serve contexts up to one bucket only), and need collectives
+  // that a graph can hold.
   const bool capturable = tp_.size == 1 || comm_->CapturableInCudaGraphs();
-  if (!cuda_graphs_ || !pad_graph_shapes_ || !capturable || shapes.empty()) return report;
+  if (!cuda_graphs_ || !pad_graph_shapes_ || graph_max_context_ <= 0 || !capturable ||
+      shapes.empty()) {
+    return report;
+  }
   VERDICT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  size_t free_before = 0, total = 0;
-  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_before, &total));
+  const auto free_bytes = [](int64_t* bytes) -> absl::Status {
+    size_t free = 0, total = 0;
+    VERDICT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
+    *bytes = static_cast<int64_t>(free);
+    return absl::OkStatus();
+  };
+  int64_t free_before = 0, free_sized = 0, free_after = 0;
+  if (absl::Status s = free_bytes(&free_before); !s.ok()) return s;
   // Largest first, and every shape's buffers reserved before any capture:
   // a buffer that grows afterwards would drop every graph.
   std::vector<GraphShape> order = shapes;
@@ -303,14 +313,19 @@ absl::StatusOr<ModelRunner::GraphCapture> CudaLlamaModel::CaptureGraphs(
       if (absl::Status s = RunPass(none, {}, nullptr, &pass); !s.ok()) return s;
       if (!size_only && progress) progress(++done);
     }
+    if (size_only) {
+      if (absl::Status s = free_bytes(&free_sized); !s.ok()) return s;
+    }
   }
+  // Graphs held, whether captured now or before; refused shapes are
+  // retried while serving.
   for (const auto& [key, entry] : graphs_) {
-    if (entry.ahead && entry.exec != nullptr) ++report.captured;
+    if (entry.exec != nullptr) ++report.captured;
     if (entry.failed) ++report.failed;
   }
-  size_t free_after = 0;
-  VERDICT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_after, &total));
-  report.device_bytes = static_cast<int64_t>(free_before) - static_cast<int64_t>(free_after);
+  if (absl::Status s = free_bytes(&free_after); !s.ok()) return s;
+  report.buffer_bytes = free_before - free_sized;
+  report.graph_bytes = free_sized - free_after;
   return report;
 }
 
@@ -702,15 +717,16 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
         reserve(buf.o_out, rows(T) * sh.hidden, 2),
         reserve(buf.gate_up, rows(T) * 2 * sh.inter, 2),
         reserve(buf.act, rows(T) * sh.inter, 2), reserve(buf.mlp_out, rows(T) * sh.hidden, 2),
-        // (Only passes that pick their wanted rows out, which never replay:
-        // a graph pass computes every row's logits.)
-        reserve(buf.selected, head_rows != t ? static_cast<size_t>(out_rows) * sh.hidden : 0, 2),
         reserve(buf.local_logits, rows(head_rows) * sh.vocab_shard, 4),
-        // Grown here, before the step's collectives are queued: cudaFree
-        // waits for the whole device, without the NCCL timeout.
-        reserve(buf.gathered, tp_.size > 1 ? rows(gather_rows) * sh.vocab_shard * tp_.size : 0, 4),
-        reserve(buf.full_logits,
-                tp_.size > 1 ? rows(gather_rows) * config_.vocab_size : 0, 4)}) {
+        // Read only outside the graphs, so their growth keeps the graphs:
+        // the rows a pass picks out (only passes that never replay: a graph
+        // pass computes every row's logits), and, grown here before the
+        // step's collectives are queued (cudaFree waits for the whole
+        // device, without the NCCL timeout), the logits' all-gather.
+        buf.selected.Reserve(head_rows != t ? static_cast<size_t>(out_rows) * sh.hidden * 2 : 0),
+        buf.gathered.Reserve(
+            tp_.size > 1 ? rows(gather_rows) * sh.vocab_shard * tp_.size * 4 : 0),
+        buf.full_logits.Reserve(tp_.size > 1 ? rows(gather_rows) * config_.vocab_size * 4 : 0)}) {
     if (!s.ok()) return s;
   }
   AttentionConfig attn_full;
@@ -742,8 +758,9 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
 
   // The metadata goes up first; device-resident token ids then overwrite
   // the (placeholder) ids the host wrote.
-  // Rows of the block tables past host_table are never read (a request
-  // reads the entries of its context only), so they go up as written.
+  // Each device row's entries past host_table are not uploaded and keep
+  // what an earlier pass left there: a request reads the entries of its own
+  // context only.
   if (host_table == table_pitch) {
     VERDICT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buf.meta.as<int32_t>(), h,
                                                  host_total * sizeof(int32_t),

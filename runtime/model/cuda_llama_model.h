@@ -51,12 +51,13 @@ struct CudaModelOptions {
   // so that a growing batch does not move them, which would drop every
   // captured graph; a larger pass still grows them.
   int64_t graph_pass_tokens = 0;
-  // With cuda_graphs: the longest context (tokens) a graph serves. Passes
-  // whose requests' contexts all fit launch the attention for this context
-  // and hold block tables this wide on the device, so their graphs do not
-  // depend on the contexts' lengths and can be captured ahead of serving
-  // (ModelRunner::CaptureGraphs). 0, or a longer pass: the launch follows
-  // the pass's own context, rounded up to 256 tokens.
+  // The longest context (tokens) a graph serves. Passes whose requests'
+  // contexts all fit launch the attention for this context and hold block
+  // tables this wide on the device, so their graphs do not depend on the
+  // contexts' lengths and can be captured ahead of serving
+  // (ModelRunner::CaptureGraphs). It applies with cuda_graphs off too, so
+  // that the same kernels run either way. 0, or a longer pass: the launch
+  // follows the pass's own context, rounded up to 256 tokens.
   int64_t graph_max_context = 0;
   // Products of a few rows run the skinny GEMM (kernels/model/gemm.h,
   // GemmOptions::skinny_small_m): faster for a draft's decode passes, but

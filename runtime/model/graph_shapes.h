@@ -33,8 +33,8 @@ int RequestBucket(int requests);
 //
 // Token tiers are multiples of max_query x 2^k, the largest such step
 // within an eighth of the tokens: eight tiers an octave, at most 12.5%
-// padding, and a block of max_query tokens per request (a full verify step
-// or a plain decode) needs no pad tokens.
+// padding (a block of max_query tokens per request lands on a tier in the
+// exact buckets, up to 8 requests; beyond, it may be padded too).
 struct LaunchShape {
   int requests = 0;  // real + phantom
   int tokens = 0;    // real + pad_tokens

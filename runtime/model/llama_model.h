@@ -110,9 +110,10 @@ class ModelRunner {
   // captured. `progress` (if set) is called after each shape with the
   // number done. Every tensor-parallel rank calls it with the same shapes.
   struct GraphCapture {
-    int captured = 0;             // shapes captured (or already held)
-    int failed = 0;               // shapes whose capture was refused
-    int64_t device_bytes = 0;     // device memory the captures took
+    int captured = 0;           // graphs held after it, of these shapes or captured before
+    int failed = 0;             // shapes whose capture was refused (retried while serving)
+    int64_t buffer_bytes = 0;   // device memory the shapes' step buffers took
+    int64_t graph_bytes = 0;    // device memory the graphs took
   };
   virtual absl::StatusOr<GraphCapture> CaptureGraphs(
       const std::vector<GraphShape>& /*shapes*/,
