@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "runtime/server/connection_caps.h"
+#include "runtime/server/http_exchange.h"
 #include "runtime/server/openai_api.h"
 #include "runtime/server/request_head.h"
 
@@ -124,6 +125,11 @@ struct ConnectionGate::Connection {
   bool dead = false;
   int answered = 0;   // probes the gate answered on this connection
   std::string token;  // kConnectionHeader's value; empty until passed on
+  // The requests passed on and civetweb's answers (kRelay), to tell when
+  // the connection is over before civetweb closes its end.
+  HttpExchange exchange;
+  uint64_t sent_to_client = 0;  // bytes handed to the client's socket
+  uint64_t upstream_base = 0;   // of those, the count before civetweb's first
   uint32_t client_events = 0;
   uint32_t upstream_events = 0;
   bool client_watched = false;
@@ -266,31 +272,10 @@ void ConnectionGate::Run() {
     }
     const int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()),
                              static_cast<int>(absl::ToInt64Milliseconds(kTick)));
-    for (int i = 0; i < n; ++i) {
-      const uint64_t key = events[i].data.u64;
-      if (key == kListenerKey) {
-        Accept();
-        continue;
-      }
-      if (key == kWakeKey) {
-        uint64_t count;
-        (void)!read(wake_fd_, &count, sizeof(count));
-        continue;
-      }
-      auto it = state_->connections.find(key >> 1);
-      if (it == state_->connections.end()) continue;  // closed earlier in this batch
-      Connection& c = *it->second;
-      const bool client_side = (key & 1) == 0;
-      // A reset, or a connection closed both ways: nothing more can be
-      // delivered to the client.
-      if (client_side && (events[i].events & (EPOLLERR | EPOLLHUP)) != 0) c.dead = true;
-      if (!c.dead) Pump(c);
-      if (c.dead) {
-        Destroy(c.id);
-      } else {
-        Watch(c);
-      }
-    }
+    // New connections are taken after the others' events: a client that
+    // closed one connection and opened the next finds the first one
+    // released, when both arrived together.
+    if (HandleEvents(events.data(), n)) Accept();
     const absl::Time now = absl::Now();
     if (now >= next_check) {
       CheckDeadlines(now);
@@ -298,6 +283,36 @@ void ConnectionGate::Run() {
     }
     AnswerFlushes();
   }
+}
+
+bool ConnectionGate::HandleEvents(const epoll_event* events, int n) {
+  bool accept = false;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t key = events[i].data.u64;
+    if (key == kListenerKey) {
+      accept = true;
+      continue;
+    }
+    if (key == kWakeKey) {
+      uint64_t count;
+      (void)!read(wake_fd_, &count, sizeof(count));
+      continue;
+    }
+    auto it = state_->connections.find(key >> 1);
+    if (it == state_->connections.end()) continue;  // closed earlier in this batch
+    Connection& c = *it->second;
+    const bool client_side = (key & 1) == 0;
+    // A reset, or a connection closed both ways: nothing more can be
+    // delivered to the client.
+    if (client_side && (events[i].events & (EPOLLERR | EPOLLHUP)) != 0) c.dead = true;
+    if (!c.dead) Pump(c);
+    if (c.dead) {
+      Destroy(c.id);
+    } else {
+      Watch(c);
+    }
+  }
+  return accept;
 }
 
 bool ConnectionGate::Relayed() const {
@@ -347,7 +362,16 @@ void ConnectionGate::Accept() {
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     std::string address = AddressOf(peer);
-    switch (s.caps.TryAdmit(address)) {
+    ConnectionCaps::Verdict verdict = s.caps.TryAdmit(address);
+    if (verdict != ConnectionCaps::Verdict::kAdmitted) {
+      // The client may have closed another connection just before it
+      // opened this one, while the gate was accepting: what is ready now
+      // is handled (releasing such a connection) before the refusal.
+      epoll_event ready[64];
+      HandleEvents(ready, epoll_wait(epoll_fd_, ready, 64, 0));
+      verdict = s.caps.TryAdmit(address);
+    }
+    switch (verdict) {
       case ConnectionCaps::Verdict::kAdmitted:
         break;
       case ConnectionCaps::Verdict::kAddressFull:
@@ -422,6 +446,7 @@ void ConnectionGate::Pump(Connection& c) {
                             : std::min(buf.size(), client_room - c.from_client.size());
     const ssize_t n = recv(c.client, buf.data(), want, 0);
     if (n > 0) {
+      if (c.phase == Phase::kRelay) c.exchange.FromClient(absl::string_view(buf.data(), n));
       // Dropped once the answer is the last one, or when civetweb reads no more.
       if (c.phase != Phase::kLinger && !c.upstream_refuses) c.from_client.append(buf.data(), n);
       continue;
@@ -456,6 +481,7 @@ void ConnectionGate::Pump(Connection& c) {
         recv(c.upstream, buf.data(), std::min(buf.size(), kMaxBuffered - c.to_client.size()), 0);
     if (n > 0) {
       c.to_client.append(buf.data(), n);
+      c.exchange.FromUpstream(absl::string_view(buf.data(), n));
       continue;
     }
     // civetweb closed the connection (or it broke): nothing more comes.
@@ -463,9 +489,21 @@ void ConnectionGate::Pump(Connection& c) {
     break;
   }
   // To the client.
-  if (!SendPending(c.client, c.to_client)) {
+  const size_t queued = c.to_client.size();
+  const bool sent = SendPending(c.client, c.to_client);
+  c.sent_to_client += queued - c.to_client.size();
+  if (!sent) {
     c.dead = true;  // the client is gone
     return;
+  }
+  if (c.phase == Phase::kRelay && c.upstream >= 0 && Over(c)) {
+    // civetweb has nothing more to do here: the connection stops counting
+    // now, not once civetweb's worker gets round to closing its end (the
+    // client may well have connected again by then). Whatever civetweb
+    // writes after a last answer is not for the client.
+    c.to_client.clear();
+    StartLinger(c);
+    if (c.dead) return;
   }
   if (!c.to_client.empty()) return;
   switch (c.phase) {
@@ -487,6 +525,14 @@ void ConnectionGate::Pump(Connection& c) {
       if (c.client_eof) c.dead = true;
       break;
   }
+}
+
+bool ConnectionGate::Over(const Connection& c) const {
+  const HttpExchange& e = c.exchange;
+  if (e.lost() || c.sent_to_client < c.upstream_base + e.answered_through()) return false;
+  // The last answer is relayed whole, and either it ends the connection,
+  // or the client, which sends nothing more, has every answer it asked for.
+  return e.closing() || (c.client_eof && e.idle());
 }
 
 void ConnectionGate::TakeHeads(Connection& c) {
@@ -536,6 +582,10 @@ void ConnectionGate::PassOn(Connection& c) {
     c.close_when_flushed = true;
     return;
   }
+  // The client's bytes as it sent them, from the first request civetweb
+  // gets; and what is queued for the client before civetweb's first byte.
+  c.exchange.FromClient(c.from_client);
+  c.upstream_base = c.sent_to_client + c.to_client.size();
   const uint64_t high = state_->random();
   c.token = absl::StrFormat("%016x%016x", high, state_->random());
   {

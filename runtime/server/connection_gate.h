@@ -14,6 +14,17 @@
 // then relays bytes both ways until either end closes. It propagates each
 // end's close to the other, so a handler still sees its client hang up.
 //
+// An admitted connection counts against the caps until civetweb is done
+// with it (http_exchange.h): the answer to a request that asked to close
+// (or an answer that says so) has been handed to the client whole, or the
+// client has closed its sending side with every request answered, or
+// either end has closed. The gate then closes its end to civetweb itself,
+// without waiting for civetweb's worker to close (which it does only after
+// its handler's thread has finished, often after the client has read its
+// answer and connected again), so nothing more is served on a connection
+// that no longer counts. A client that half-closes while its answer is
+// still coming keeps counting until the answer is whole.
+//
 // The first head passed on gets one header prepended, kConnectionHeader,
 // whose value is a token the handler exchanges (UpstreamName) for the name
 // of the gate's end of the unix connection, and so finds its own socket.
@@ -22,6 +33,7 @@
 #ifndef VERDICT_RUNTIME_SERVER_CONNECTION_GATE_H_
 #define VERDICT_RUNTIME_SERVER_CONNECTION_GATE_H_
 
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -110,6 +122,9 @@ class ConnectionGate {
   struct Connection;
 
   void Run();
+  // Handles the connections' epoll events; whether the listener's was
+  // among them (the caller accepts).
+  bool HandleEvents(const epoll_event* events, int n);
   void Accept();
   void Refuse(int fd, int status, absl::string_view message);
   // Does all the reading and writing `c` can do now without blocking.
@@ -118,6 +133,10 @@ class ConnectionGate {
   // answers probes, or passes the rest of the connection on to civetweb.
   void TakeHeads(Connection& c);
   void PassOn(Connection& c);
+  // Whether civetweb is done with relayed connection `c` and all it wrote
+  // has been handed to the client: its last answer ends the connection, or
+  // the client closed its sending side with every request answered.
+  bool Over(const Connection& c) const;
   // Shuts the client's sending side and reads what it still sends until
   // it closes or the linger time has passed.
   void StartLinger(Connection& c);

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -32,6 +33,7 @@ class Upstream {
   ~Upstream() { close(fd_); }
 
   const sockaddr_un& name() const { return name_; }
+  int fd() const { return fd_; }
   socklen_t length() const { return length_; }
 
   // Accepts the gate's connection and reads the request head it passes on.
@@ -68,6 +70,23 @@ bool SendAll(int fd, const std::string& bytes) {
     sent += static_cast<size_t>(n);
   }
   return true;
+}
+
+// Reads `n` bytes (fewer if the connection ends first).
+std::string ReadBytes(int fd, size_t n) {
+  std::string bytes(n, '\0');
+  size_t got = 0;
+  for (ssize_t r; got < n && (r = recv(fd, bytes.data() + got, n - got, 0)) > 0;) got += r;
+  bytes.resize(got);
+  return bytes;
+}
+
+// Whether `fd` reads its end (or an error) within `timeout`.
+bool EndsWithin(int fd, absl::Duration timeout) {
+  pollfd p = {fd, POLLIN, 0};
+  char c;
+  return poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) == 1 &&
+         recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
 }
 
 std::string ReadToEnd(int fd) {
@@ -170,6 +189,117 @@ TEST_F(ConnectionGateTest, FlushOfAnIdleGateReturnsAtOnce) {
   const absl::Time start = absl::Now();
   EXPECT_TRUE(gate_.Flush(start + absl::Seconds(30)));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// A gate that admits one connection per client address, in front of an
+// Upstream that answers when the test says and never closes on its own:
+// as civetweb does while its worker thread finishes after its last write.
+class OneConnectionEachTest : public ::testing::Test {
+ protected:
+  static ConnectionGateOptions OneEach() {
+    ConnectionGateOptions options;
+    options.max_connections_per_client = 1;
+    return options;
+  }
+
+  void SetUp() override {
+    ASSERT_TRUE(gate_.Listen().ok());
+    ASSERT_TRUE(gate_.Start(upstream_.name(), upstream_.length()).ok());
+  }
+
+  // Whether the gate passes a new connection's request on to the
+  // Upstream (true) or answers it itself (false; the answer in
+  // `refusal`). One of the two happens at once.
+  bool Admitted(std::string* refusal) {
+    const int client = ConnectTo(gate_.port());
+    EXPECT_TRUE(SendAll(client, kRequest));
+    pollfd p[2] = {{upstream_.fd(), POLLIN, 0}, {client, POLLIN, 0}};
+    const bool passed_on = poll(p, 2, 10000) > 0 && (p[0].revents & POLLIN) != 0;
+    if (passed_on) {
+      std::string head;
+      close(upstream_.AcceptAndReadHead(&head));
+    } else {
+      *refusal = ReadToEnd(client);
+    }
+    close(client);
+    return passed_on;
+  }
+
+  // Waits until the gate counts no connection; false after 10 s.
+  bool NoneCounted() {
+    for (int i = 0; i < 10000 && gate_.open_connections() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return gate_.open_connections() == 0;
+  }
+
+  Upstream upstream_;
+  ConnectionGate gate_{OneEach(), [](absl::string_view) { return ProbeAnswer{200, "{}"}; }};
+};
+
+constexpr char kAnswer[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+
+// What `verdict bench` does: one request per connection, with
+// "Connection: close", the next one sent on a new connection as soon as
+// the answer is read. The first connection stops counting when its answer
+// has been relayed, so the next one is admitted however late civetweb
+// closes its end; the gate closes its own end to civetweb then.
+TEST_F(OneConnectionEachTest, AnAnsweredConnectionCloseRequestStopsCountingAtOnce) {
+  const int client = ConnectTo(gate_.port());
+  ASSERT_TRUE(SendAll(client, "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  std::string head;
+  const int conn = upstream_.AcceptAndReadHead(&head);
+  ASSERT_TRUE(SendAll(conn, kAnswer));
+  EXPECT_EQ(ReadBytes(client, sizeof(kAnswer) - 1), kAnswer);
+  std::string refusal;
+  EXPECT_TRUE(Admitted(&refusal)) << refusal;
+  // The client's connection ends after the answer, and civetweb's too.
+  EXPECT_TRUE(EndsWithin(client, absl::Seconds(10)));
+  EXPECT_TRUE(EndsWithin(conn, absl::Seconds(10)));
+  close(conn);
+  close(client);
+}
+
+// A kept-alive connection stops counting once the client closes it with
+// every answer read, without waiting for civetweb's close.
+TEST_F(OneConnectionEachTest, AClientsCloseAfterItsAnswersStopsTheCountAtOnce) {
+  const int client = ConnectTo(gate_.port());
+  ASSERT_TRUE(SendAll(client, kRequest));
+  std::string head;
+  const int conn = upstream_.AcceptAndReadHead(&head);
+  ASSERT_TRUE(SendAll(conn, kAnswer));
+  EXPECT_EQ(ReadBytes(client, sizeof(kAnswer) - 1), kAnswer);
+  close(client);
+  EXPECT_TRUE(NoneCounted());
+  EXPECT_TRUE(EndsWithin(conn, absl::Seconds(10)));
+  std::string refusal;
+  EXPECT_TRUE(Admitted(&refusal)) << refusal;
+  close(conn);
+}
+
+// A client that shuts its sending side while its answer is still coming
+// holds the connection (and civetweb's worker): it counts until the answer
+// is whole.
+TEST_F(OneConnectionEachTest, AHalfClosedConnectionCountsUntilItsAnswerIsWhole) {
+  const int client = ConnectTo(gate_.port());
+  ASSERT_TRUE(SendAll(client, kRequest));
+  shutdown(client, SHUT_WR);
+  std::string head;
+  const int conn = upstream_.AcceptAndReadHead(&head);
+  const std::string start = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
+  ASSERT_TRUE(SendAll(conn, start));
+  EXPECT_EQ(ReadBytes(client, start.size()), start);
+  std::string refusal;
+  EXPECT_FALSE(Admitted(&refusal));
+  EXPECT_NE(refusal.find("429 Too Many Requests"), std::string::npos) << refusal;
+  EXPECT_EQ(gate_.open_connections(), 1);
+
+  ASSERT_TRUE(SendAll(conn, "0\r\n\r\n"));
+  EXPECT_EQ(ReadBytes(client, 5), "0\r\n\r\n");
+  EXPECT_TRUE(NoneCounted());
+  EXPECT_TRUE(Admitted(&refusal)) << refusal;
+  close(conn);
+  close(client);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
@@ -723,6 +724,88 @@ TEST_F(HttpServerTest, ConnectionsPastTheTotalCapAre503UntilOneCloses) {
     if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(Healthy());
+}
+
+// What `verdict bench` does: each client sends one request per connection
+// (Connection: close), closes its socket as soon as the answer is whole and
+// sends the next at once. It never has more than one connection open, so a
+// cap a little above the number of clients must refuse none of them, however
+// late civetweb's workers close their ends. Half the clients leave out
+// "Connection: close" and close the kept-alive connection themselves after
+// its one answer. The generations take the same time, so that many end
+// together and their clients come back at once, as a batch's do.
+TEST_F(HttpServerTest, ClientsThatCloseAfterEachAnswerStayUnderTheirCap) {
+  constexpr int kClients = 16;
+  constexpr int kRequestsEach = 48;
+  ScriptedGenerationService::Options service_options;
+  service_options.step = std::chrono::milliseconds(2);
+  ScriptedGenerationService& service = MakeService<ScriptedGenerationService>(service_options);
+  HttpServerOptions options;
+  options.max_connections_per_client = kClients + 2;
+  StartServer(service, options);
+  struct Tally {
+    int ok = 0;
+    std::map<int, int> other;  // status -> count (0: no answer)
+    std::string example;
+  };
+  std::vector<Tally> tallies(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      const bool close = i % 2 == 0;
+      for (int j = 0; j < kRequestsEach; ++j) {
+        // Generations, streamed and not, and a worker's answer (the models
+        // list), a tokenization and a probe the gate answers itself.
+        std::string method = "POST", path = "/v1/completions", body;
+        switch (j % 6) {
+          case 0:
+          case 1:
+            body = CompletionBody(4, /*stream=*/j % 2 == 1);
+            break;
+          case 2:
+            body = ChatBody(4, /*stream=*/true);
+            path = "/v1/chat/completions";
+            break;
+          case 3:
+            method = "GET";
+            path = "/v1/models";
+            break;
+          case 4:
+            path = "/tokenize";
+            body = R"({"model": "tiny", "prompt": "Hi"})";
+            break;
+          default:
+            method = "GET";
+            path = "/health";
+            break;
+        }
+        HttpResponse r;
+        {
+          HttpConnection c(port_);
+          if (c.connected() && c.SendRequest(method, path, body, "", close)) r = c.ReadResponse();
+        }
+        if (r.status == 200) {
+          ++tallies[i].ok;
+        } else {
+          ++tallies[i].other[r.status];
+          if (tallies[i].example.empty()) tallies[i].example = r.body;
+        }
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  int ok = 0;
+  for (int i = 0; i < kClients; ++i) {
+    SCOPED_TRACE(i);
+    ok += tallies[i].ok;
+    EXPECT_TRUE(tallies[i].other.empty())
+        << "statuses other than 200: "
+        << absl::StrJoin(tallies[i].other, ", ", absl::PairFormatter(" x")) << "; e.g. "
+        << tallies[i].example;
+  }
+  RecordProperty("answered_200", ok);
+  EXPECT_EQ(ok, kClients * kRequestsEach);
+  EXPECT_TRUE(WaitNoneInFlight());
 }
 
 TEST_F(HttpServerTest, ProbesAreAnsweredWhileEveryWorkerIsHeld) {
