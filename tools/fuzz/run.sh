@@ -44,7 +44,9 @@ fi
 targets=()
 for n in "${names[@]}"; do targets+=("//tests/fuzz:${n}_fuzzer"); done
 bazel_fuzz=(bazel --output_base="${VERDICT_FUZZ_OUTPUT_BASE:-/tmp/verdict-fuzz-output-base}")
-"${bazel_fuzz[@]}" build --config=fuzz "${targets[@]}"
+# No bazel-* links: they would point the checkout's links at this output
+# base, and `bazel test //...` would then walk into it.
+"${bazel_fuzz[@]}" build --config=fuzz --symlink_prefix=/ "${targets[@]}"
 bin=$("${bazel_fuzz[@]}" info --config=fuzz bazel-bin 2>/dev/null)
 
 status=0
