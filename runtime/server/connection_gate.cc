@@ -104,7 +104,8 @@ bool SendPending(int fd, std::string& pending) {
 
 struct ConnectionGate::Connection {
   enum class Phase {
-    kHead,    // reading a request head; the gate answers probes
+    kHead,    // reading a request head (the first, or the next on an idle
+              // kept-alive connection); the gate answers probes
     kRelay,   // passed on to civetweb; bytes are relayed both ways
     kLinger,  // answered for the last time; the client's bytes are dropped
   };
@@ -123,7 +124,7 @@ struct ConnectionGate::Connection {
   bool upstream_refuses = false;    // civetweb reads no more (its socket's read side shut)
   bool close_when_flushed = false;  // the last answer is queued
   bool dead = false;
-  int answered = 0;   // probes the gate answered on this connection
+  int answered = 0;   // requests answered on this connection (probes, relayed ones)
   std::string token;  // kConnectionHeader's value; empty until passed on
   // The requests passed on and civetweb's answers (kRelay), to tell when
   // the connection is over before civetweb closes its end.
@@ -317,7 +318,9 @@ bool ConnectionGate::HandleEvents(const epoll_event* events, int n) {
 
 bool ConnectionGate::Relayed() const {
   for (const auto& [id, c] : state_->connections) {
-    if (c->phase != Connection::Phase::kRelay) continue;
+    // A kept-alive connection reading its next head may still hold
+    // civetweb's end.
+    if (c->phase != Connection::Phase::kRelay && c->upstream < 0) continue;
     if (!c->to_client.empty()) return false;
     int unread = 0;
     if (c->upstream >= 0 && ioctl(c->upstream, FIONREAD, &unread) == 0 && unread > 0) return false;
@@ -512,10 +515,27 @@ void ConnectionGate::Pump(Connection& c) {
         StartLinger(c);
       } else if (c.client_eof) {
         c.dead = true;  // gone before a whole request arrived
+      } else if (!c.token.empty() && c.upstream < 0 && c.from_client.empty()) {
+        // civetweb ended an idle kept-alive connection (its keep-alive
+        // timeout) before the next request began: so does the gate, as
+        // before. Once a next head has begun, its own deadline holds.
+        StartLinger(c);
       }
       break;
     case Phase::kRelay:
-      if (c.upstream < 0) StartLinger(c);
+      if (c.upstream < 0) {
+        StartLinger(c);
+      } else if (c.exchange.idle() && c.from_client.empty() && !c.upstream_refuses &&
+                 !c.upstream_shut) {
+        // Every request is answered and handed to the client: the gate
+        // reads the next head itself, under the first head's deadline
+        // (counted from now, as after a probe), instead of letting civetweb
+        // read it unbounded by that deadline. A lost() exchange never gets
+        // here: its bytes go on as they come.
+        c.phase = Phase::kHead;
+        c.deadline = absl::Now() + options_.head_timeout;
+        ++c.answered;
+      }
       break;
     case Phase::kLinger:
       if (!c.client_shut) {
@@ -549,7 +569,10 @@ void ConnectionGate::TakeHeads(Connection& c) {
     }
     const std::optional<ProbeRequest> probe =
         ParseProbe(absl::string_view(c.from_client).substr(0, *length));
-    if (!probe.has_value()) {
+    // Once a connection has been passed on, its probes go to civetweb too,
+    // so that every byte the client gets is civetweb's, as the exchange
+    // counts them.
+    if (!probe.has_value() || !c.token.empty()) {
       PassOn(c);
       return;
     }
@@ -563,6 +586,19 @@ void ConnectionGate::TakeHeads(Connection& c) {
 }
 
 void ConnectionGate::PassOn(Connection& c) {
+  char byte;
+  if (c.upstream >= 0 && recv(c.upstream, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+    // civetweb closed this end just now (its keep-alive timeout) and the
+    // gate has not read that yet: the request goes to a fresh one.
+    CloseUpstream(c);
+  }
+  if (c.upstream >= 0) {
+    // A later request of a kept-alive connection civetweb still holds:
+    // it goes on as the client sent it.
+    c.exchange.FromClient(c.from_client);
+    c.phase = Connection::Phase::kRelay;
+    return;
+  }
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   sockaddr_un self = {};
   self.sun_family = AF_UNIX;
@@ -584,6 +620,9 @@ void ConnectionGate::PassOn(Connection& c) {
   }
   // The client's bytes as it sent them, from the first request civetweb
   // gets; and what is queued for the client before civetweb's first byte.
+  // A later request whose connection civetweb has dropped meanwhile (its
+  // keep-alive timeout ran out while the head came) starts afresh.
+  c.exchange = HttpExchange();
   c.exchange.FromClient(c.from_client);
   c.upstream_base = c.sent_to_client + c.to_client.size();
   const uint64_t high = state_->random();
@@ -660,7 +699,8 @@ void ConnectionGate::Watch(Connection& c) {
              (c.to_client.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT)),
          c.client_events, c.client_watched);
   if (c.upstream >= 0) {
-    const bool write_upstream = !c.from_client.empty() && !c.upstream_refuses;
+    const bool write_upstream =
+        c.phase == Phase::kRelay && !c.from_client.empty() && !c.upstream_refuses;
     update(c.upstream, (c.id << 1) | 1,
            (c.to_client.size() < kMaxBuffered ? static_cast<uint32_t>(EPOLLIN) : 0u) |
                (write_upstream ? static_cast<uint32_t>(EPOLLOUT) : 0u),

@@ -25,11 +25,21 @@
 // that no longer counts. A client that half-closes while its answer is
 // still coming keeps counting until the answer is whole.
 //
-// The first head passed on gets one header prepended, kConnectionHeader,
-// whose value is a token the handler exchanges (UpstreamName) for the name
-// of the gate's end of the unix connection, and so finds its own socket.
-// The token is random and never sent to the client; later requests on a
-// kept-alive connection go to civetweb as the client sent them.
+// Once every request of a kept-alive connection is answered and handed to
+// the client (HttpExchange::idle()), the gate reads the next head itself
+// under the same deadline as the first (408 beyond, counted from then),
+// then passes it on to civetweb's end of the connection, or to a fresh one
+// if civetweb dropped it meanwhile (its keep-alive timeout). If civetweb
+// drops an idle connection before the next request begins, the gate
+// closes it too. Bytes sent before the connection is idle (pipelined), and
+// every byte of a lost() exchange, go on as they come, unread.
+//
+// The first head passed on to each civetweb connection gets one header
+// prepended, kConnectionHeader, whose value is a token the handler
+// exchanges (UpstreamName) for the name of the gate's end of the unix
+// connection, and so finds its own socket. The token is random and never
+// sent to the client; later requests on the same civetweb connection go
+// to it as the client sent them.
 #ifndef VERDICT_RUNTIME_SERVER_CONNECTION_GATE_H_
 #define VERDICT_RUNTIME_SERVER_CONNECTION_GATE_H_
 

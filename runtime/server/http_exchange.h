@@ -67,7 +67,7 @@ class HttpMessageFramer {
   // A line of a chunked body (size or trailer) in line_ is whole.
   void TakeChunkSizeLine();
 
-  const bool requests_;
+  bool requests_;  // not const: a connection gate resets its exchange
   State state_ = State::kStart;
   std::string head_;
   size_t head_scanned_ = 0;
