@@ -67,9 +67,7 @@ void BM_Plan(benchmark::State& state) {
   options.gamma = gamma;
   if (state.range(2) != 0) {
     // Priced at the CUDA backend's launched rows (its graph tiers).
-    options.launch_tokens = [](int64_t requests, int64_t tokens, int max_query) -> int64_t {
-      return PaddedShape(static_cast<int>(requests), static_cast<int>(tokens), max_query).tokens;
-    };
+    options.launch_tokens = LaunchedTokens;
   }
   VerifyPlanner planner = *VerifyPlanner::Create(options, SyntheticTable());
   // Several inputs in rotation, so that no branch history repeats every step.

@@ -520,11 +520,12 @@ RandomCase MakeRandomCase(std::mt19937_64& rng, int max_batch, int max_gamma) {
   return c;
 }
 
-// A monotone table with random steps in M and a random slope in B.
-CostTable RandomTable(std::mt19937_64& rng) {
-  std::vector<double> bs = {1, 2, 5, 16};
+// A monotone table with random steps in M and a random slope in B: knots
+// at the batch sizes `bs`, and in M from 1 to `max_m`, 1 to `max_gap` apart.
+CostTable RandomTable(std::mt19937_64& rng, std::vector<double> bs = {1, 2, 5, 16},
+                      double max_m = 40, int max_gap = 4) {
   std::vector<double> ms;
-  for (double m = 1; m <= 40; m += 1 + static_cast<double>(rng() % 4)) ms.push_back(m);
+  for (double m = 1; m <= max_m; m += 1 + static_cast<double>(rng() % max_gap)) ms.push_back(m);
   std::vector<double> seconds;
   for (size_t b = 0; b < bs.size(); ++b) {
     double t = 0.01 + 0.002 * static_cast<double>(b);
@@ -684,25 +685,12 @@ TEST(VerifyPlannerRandomTest, LargeBatchesMatchTheReferenceOrder) {
 // so a planned budget fills its tier.
 TEST(VerifyPlannerRandomTest, LaunchedRowsPricingMatchesBruteForce) {
   std::mt19937_64 rng(20261206);
-  const auto launched = [](int64_t requests, int64_t tokens, int max_query) -> int64_t {
-    return PaddedShape(static_cast<int>(requests), static_cast<int>(tokens), max_query).tokens;
-  };
+  const auto launched = LaunchedTokens;
   int planned = 0, below_tier_end = 0;
   for (int trial = 0; trial < 1500; ++trial) {
     const RandomCase c = MakeRandomCase(rng, 48, 6);
     // A monotone table to 400 rows, steps and slopes at random.
-    const std::vector<double> bs = {1, 8, 32, 64};
-    std::vector<double> ms;
-    for (double m = 1; m <= 400; m += 1 + static_cast<double>(rng() % 40)) ms.push_back(m);
-    std::vector<double> seconds;
-    for (size_t b = 0; b < bs.size(); ++b) {
-      double t = 0.01 + 0.002 * static_cast<double>(b);
-      for (size_t m = 0; m < ms.size(); ++m) {
-        t += rng() % 3 == 0 ? 0.004 * Uniform(rng) : 0.0002 * Uniform(rng);
-        seconds.push_back(t);
-      }
-    }
-    const CostTable table = *CostTable::Create(bs, ms, seconds);
+    const CostTable table = RandomTable(rng, {1, 8, 32, 64}, 400, 40);
     PlannerOptions options;
     options.mode = VerifyMode::kCompact;
     options.gamma = c.gamma;

@@ -358,9 +358,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   planner.gamma = options.num_draft_tokens;
   if (options.backend == ModelBackend::kCuda && options.cuda_graphs && options.pad_graph_shapes) {
     // Packed steps run padded to a graph's token tier: price what runs.
-    planner.launch_tokens = [](int64_t requests, int64_t tokens, int max_query) -> int64_t {
-      return PaddedShape(static_cast<int>(requests), static_cast<int>(tokens), max_query).tokens;
-    };
+    planner.launch_tokens = LaunchedTokens;
   }
   const bool log_notices = comm->rank() == 0;
   planner.log = [log_notices](std::string_view message) {

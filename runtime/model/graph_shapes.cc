@@ -38,6 +38,10 @@ LaunchShape PaddedShape(int requests, int tokens, int max_query) {
   return shape;
 }
 
+int64_t LaunchedTokens(int64_t requests, int64_t tokens, int max_query) {
+  return PaddedShape(static_cast<int>(requests), static_cast<int>(tokens), max_query).tokens;
+}
+
 std::vector<GraphShape> StartupGraphShapes(int max_requests, const std::vector<int>& max_queries,
                                            GraphTiers tiers) {
   std::set<GraphShape> shapes;

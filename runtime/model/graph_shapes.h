@@ -15,6 +15,7 @@
 #ifndef VERDICT_RUNTIME_MODEL_GRAPH_SHAPES_H_
 #define VERDICT_RUNTIME_MODEL_GRAPH_SHAPES_H_
 
+#include <cstdint>
 #include <vector>
 
 namespace verdict {
@@ -43,6 +44,10 @@ struct LaunchShape {
   int max_query = 0;
 };
 LaunchShape PaddedShape(int requests, int tokens, int max_query);
+
+// PaddedShape's tokens: the rows a padded pass launches (the verify
+// planner's PlannerOptions::launch_tokens).
+int64_t LaunchedTokens(int64_t requests, int64_t tokens, int max_query);
 
 // A captured graph's key: the launched requests (phantoms included), the
 // launched tokens and the longest query.
