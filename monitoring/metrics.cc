@@ -226,7 +226,8 @@ ServingMetrics::ServingMetrics(std::shared_ptr<prometheus::Registry> registry)
           *registry_, "verdict_eager_passes_total",
           "Forward passes that ran eagerly with CUDA graphs on, by model and reason "
           "(first_use: a launch shape's first pass; partial_logits: a prefill; "
-          "uncapturable: the communicator cannot be captured; capture_failed)")),
+          "uncapturable: the communicator cannot be captured; capture_failed; "
+          "outgrew_graph_buffers: larger than the graphs captured ahead)")),
       plan_checks_(Counter(*registry_, "verdict_plan_checks_total",
                            "Cross-rank comparisons of plan and estimator hashes")),
       plan_mismatches_(Counter(*registry_, "verdict_plan_mismatches_total",

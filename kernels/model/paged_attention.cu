@@ -481,7 +481,9 @@ __global__ void __launch_bounds__(kThreads) MergeSplitsKernel(const AttentionPar
   const int64_t token_head = u / kChunks;  // token * num_heads + head
   const int64_t split_stride = static_cast<int64_t>(p.total_q) * p.num_heads;
   const float2* __restrict__ ml = p.part_ml;
-  const int splits = p.part_count[token_head];
+  // Split 0 records how many splits hold keys; the bound keeps a bad count
+  // from reading past the partials.
+  const int splits = min(p.part_count[token_head], p.num_splits);
   float m = -INFINITY;
   for (int s = 0; s < splits; ++s) m = fmaxf(m, ml[s * split_stride + token_head].x);
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};

@@ -113,6 +113,32 @@ class CudaLlamaModel : public ModelRunner {
   };
   absl::Status RunPass(const ForwardBatch& batch, const std::vector<int64_t>& dst_rows,
                        float* logits, const AheadPass* ahead = nullptr);
+  // What a pass launches and the step buffers it needs: its launch shape
+  // (padded on the graph buffers), the logit rows the LM head computes and
+  // those read out, and the offsets (in int32 elements) of each array in the
+  // packed metadata, the block tables last: their rows are host_table wide
+  // on the host and table_pitch apart on the device.
+  struct PassLayout {
+    LaunchShape shape;
+    int head_rows = 0;
+    int gather_rows = 0;
+    size_t o_ids = 0, o_pos = 0, o_qstart = 0, o_kvlen = 0, o_rings = 0, o_tables = 0;
+    size_t host_total = 0;  // entries of the host copy
+    size_t meta_bytes = 0;  // of the device copy
+    size_t floor_rows = 0;  // the graph buffers' rows at least (graph_pass_tokens)
+    size_t attn_workspace = 0;
+  };
+  PassLayout LayOutPass(int requests, int tokens, int out_rows, int max_query, int host_table,
+                        int table_pitch, bool all_rows, bool on_graph_buffers,
+                        const AheadPass* ahead) const;
+  // The buffers a captured graph reads or writes, with the bytes `pass`
+  // needs of each.
+  struct StepBuffers;
+  std::vector<std::pair<DeviceBuffer*, size_t>> GraphHeldBytes(StepBuffers& buf,
+                                                               const PassLayout& pass) const;
+  // Whether `buf` holds `pass` without growing.
+  bool Fits(StepBuffers& buf, const PassLayout& pass) const;
+  bool HoldsGraphsCapturedAhead() const;
   absl::Status LoadWeights(const WeightSource& source, int load_threads);
   // Enqueues `enqueue` on the stream: replayed from a CUDA graph of the
   // same launch shape when one was captured, captured on the shape's second
@@ -529,6 +555,78 @@ absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, float* logits) {
   return absl::OkStatus();
 }
 
+CudaLlamaModel::PassLayout CudaLlamaModel::LayOutPass(int requests, int tokens, int out_rows,
+                                                      int max_query, int host_table,
+                                                      int table_pitch, bool all_rows,
+                                                      bool on_graph_buffers,
+                                                      const AheadPass* ahead) const {
+  PassLayout l;
+  l.shape = LaunchShape{requests, tokens, 0, 0, max_query};
+  if (ahead != nullptr) {
+    // Phantoms only.
+    l.shape = LaunchShape{ahead->shape.requests, ahead->shape.tokens, ahead->shape.requests,
+                          ahead->shape.tokens, max_query};
+  } else if (on_graph_buffers && pad_graph_shapes_) {
+    l.shape = PaddedShape(requests, tokens, max_query);
+  }
+  const size_t nb = static_cast<size_t>(l.shape.requests);
+  const size_t t = static_cast<size_t>(l.shape.tokens);
+  // Every row of a padded or all-rows pass (phantoms included), else the
+  // wanted ones. A pass that wants only some rows but computed all of them
+  // reads them all out; a padded pass's wanted rows are its first ones.
+  l.head_rows = l.shape.phantoms > 0 || all_rows ? l.shape.tokens : out_rows;
+  l.gather_rows = all_rows ? l.shape.tokens : out_rows;
+  l.o_ids = 0;
+  l.o_pos = l.o_ids + t;
+  l.o_qstart = l.o_pos + t;
+  l.o_kvlen = l.o_qstart + nb + 1;
+  l.o_rings = l.o_kvlen + nb;
+  l.o_tables = l.o_rings + nb;
+  l.host_total = l.o_tables + nb * host_table;
+  const size_t total = l.o_tables + nb * table_pitch;
+  // The graphs' metadata grows with the launched requests (and, past the
+  // graphs' context, with the block tables): it starts at 4 MB (a million
+  // entries), so that it seldom moves. Its activations start at the largest
+  // graphable pass expected.
+  constexpr size_t kGraphMetaFloor = size_t{1} << 20;
+  l.meta_bytes = (on_graph_buffers ? std::max(total, kGraphMetaFloor) : total) * sizeof(int32_t);
+  l.floor_rows = on_graph_buffers ? static_cast<size_t>(std::max<int64_t>(graph_pass_tokens_, 0))
+                                  : 0;
+  return l;
+}
+
+std::vector<std::pair<DeviceBuffer*, size_t>> CudaLlamaModel::GraphHeldBytes(
+    StepBuffers& buf, const PassLayout& pass) const {
+  const LocalShape& sh = shape_;
+  const size_t t = std::max(static_cast<size_t>(pass.shape.tokens), pass.floor_rows);
+  const size_t head = std::max(static_cast<size_t>(pass.head_rows), pass.floor_rows);
+  return {{&buf.meta, pass.meta_bytes},
+          {&buf.residual, t * sh.hidden * 4},
+          {&buf.normed, t * sh.hidden * 2},
+          {&buf.qkv, t * sh.qkv_size() * 2},
+          {&buf.attn, t * sh.q_size() * 2},
+          {&buf.o_out, t * sh.hidden * 2},
+          {&buf.gate_up, t * 2 * sh.inter * 2},
+          {&buf.act, t * sh.inter * 2},
+          {&buf.mlp_out, t * sh.hidden * 2},
+          {&buf.local_logits, head * sh.vocab_shard * 4},
+          {&buf.attn_workspace, pass.attn_workspace}};
+}
+
+bool CudaLlamaModel::Fits(StepBuffers& buf, const PassLayout& pass) const {
+  for (const auto& [buffer, bytes] : GraphHeldBytes(buf, pass)) {
+    if (buffer->bytes() < bytes) return false;
+  }
+  return true;
+}
+
+bool CudaLlamaModel::HoldsGraphsCapturedAhead() const {
+  for (const auto& [key, entry] : graphs_) {
+    if (entry.ahead && entry.exec != nullptr) return true;
+  }
+  return false;
+}
+
 absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
                                      const std::vector<int64_t>& dst_rows, float* logits,
                                      const AheadPass* ahead) {
@@ -580,37 +678,69 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   constexpr int kAllRowsFactor = 4;
   const bool all_rows = cuda_graphs_ && capturable && out_rows > 0 && out_rows < real_tokens &&
                         real_tokens <= kAllRowsFactor * out_rows;
-  const bool graphable = capturable && (out_rows == real_tokens || all_rows);
+  bool graphable = capturable && (out_rows == real_tokens || all_rows);
+  KvCacheLayout full_layout;
+  full_layout.num_blocks = kvc.num_blocks + 1;  // the scratch block last
+  full_layout.block_size = kvc.block_size;
+  full_layout.num_kv_heads = sh.kv_heads;
+  full_layout.head_dim = sh.head_dim;
+  full_layout.max_blocks_per_req = table_pitch;
+  // A ring per request: slot = ring * ring_size + position % ring_size.
+  KvCacheLayout ring_layout = full_layout;
+  ring_layout.num_blocks = kvc.max_requests + 1;  // the scratch ring last
+  ring_layout.block_size = kv_cache_->ring_size();
+  ring_layout.max_blocks_per_req = 1;
+  ring_layout.ring_blocks = 1;
+  AttentionConfig attn_full;
+  attn_full.num_heads = sh.heads;
+  AttentionConfig attn_sliding = attn_full;
+  attn_sliding.sliding_window = config_.sliding_window;
+
   // Passes that may replay use the graph buffers (and may drop the graphs
   // when those move); the others the eager ones.
-  const bool on_graph_buffers = graphable && cuda_graphs_;
-  StepBuffers& buf = on_graph_buffers ? graph_buffers_ : eager_buffers_;
-  LaunchShape shape{b, real_tokens, 0, 0, max_query};
-  if (ahead != nullptr) {
-    // Phantoms only.
-    shape = LaunchShape{ahead->shape.requests, ahead->shape.tokens, ahead->shape.requests,
-                        ahead->shape.tokens, max_query};
-  } else if (on_graph_buffers && pad_graph_shapes_) {
-    shape = PaddedShape(b, real_tokens, max_query);
+  bool on_graph_buffers = graphable && cuda_graphs_;
+  EagerReason eager = out_rows != real_tokens && !all_rows ? EagerReason::kPartialLogits
+                                                           : EagerReason::kUncapturable;
+  PassLayout pass = LayOutPass(b, real_tokens, out_rows, max_query, host_table, table_pitch,
+                               all_rows, on_graph_buffers, ahead);
+  // The graphs captured ahead hold the graph buffers at the sizes their
+  // shapes need. A pass that needs more (a draft catching up on many
+  // tokens, a batch above the captured ones) runs eagerly on the eager
+  // buffers rather than growing them, which would drop every graph.
+  const auto attention_workspace = [&](const PassLayout& l) {
+    PagedBatch full{}, ring{};
+    full.num_reqs = ring.num_reqs = l.shape.requests;
+    full.total_q = ring.total_q = l.shape.tokens;
+    full.max_query_len = ring.max_query_len = max_query;
+    full.max_kv_len = ring.max_kv_len = kv_bound;
+    size_t bytes = 0;
+    for (const DeviceLayer& layer : layers_) {
+      bytes = std::max(bytes, layer.sliding
+                                  ? PagedAttentionWorkspaceBytes(ring, ring_layout, attn_sliding)
+                                  : PagedAttentionWorkspaceBytes(full, full_layout, attn_full));
+    }
+    return bytes;
+  };
+  pass.attn_workspace = attention_workspace(pass);
+  if (on_graph_buffers && ahead == nullptr && HoldsGraphsCapturedAhead() &&
+      !Fits(graph_buffers_, pass)) {
+    on_graph_buffers = false;
+    graphable = false;
+    eager = EagerReason::kOutgrewGraphBuffers;
+    pass = LayOutPass(b, real_tokens, out_rows, max_query, host_table, table_pitch, all_rows,
+                      on_graph_buffers, ahead);
+    pass.attn_workspace = attention_workspace(pass);
   }
+  StepBuffers& buf = on_graph_buffers ? graph_buffers_ : eager_buffers_;
+  const LaunchShape& shape = pass.shape;
   const int nb = shape.requests;  // launched requests, phantoms included
   const int t = shape.tokens;     // launched tokens
-  // Logit rows the LM head computes: every row of a padded or all-rows
-  // pass (phantoms included), else the wanted ones.
-  const bool every_row = shape.phantoms > 0 || all_rows;
-  const int head_rows = every_row ? t : out_rows;
-  // Rows gathered across ranks and read by the copy-out: a pass that
-  // wants only some rows but computed all of them keeps them all; a padded
-  // pass's wanted rows are its first ones.
-  const int gather_rows = all_rows ? t : out_rows;
+  const int head_rows = pass.head_rows;
+  const int gather_rows = pass.gather_rows;
+  const size_t o_ids = pass.o_ids, o_pos = pass.o_pos, o_qstart = pass.o_qstart,
+               o_kvlen = pass.o_kvlen, o_rings = pass.o_rings, o_tables = pass.o_tables,
+               host_total = pass.host_total;
   int moved = 0;  // step buffers reallocated by this pass
-  // Offsets (in int32 elements) of each array in the packed buffer, the
-  // block tables last: their rows are host_table wide on the host and
-  // table_pitch apart on the device.
-  const size_t o_ids = 0, o_pos = o_ids + t, o_qstart = o_pos + t, o_kvlen = o_qstart + nb + 1,
-               o_rings = o_kvlen + nb, o_tables = o_rings + nb,
-               host_total = o_tables + static_cast<size_t>(nb) * host_table,
-               total = o_tables + static_cast<size_t>(nb) * table_pitch;
   // A captured graph holds the graph buffers' addresses: once any of them
   // moves (even if a later reservation fails), every graph goes.
   struct DropGraphsIfMoved {
@@ -626,14 +756,7 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   VERDICT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(meta_uploaded_));
   // The host copy is uploaded outside the graphs, so it may move freely.
   if (absl::Status s = host_meta_.Reserve(host_total * sizeof(int32_t)); !s.ok()) return s;
-  // The graphs' metadata grows with the launched requests (and, past the
-  // graphs' context, with the block tables): it starts at 4 MB (a million
-  // entries), so that it seldom moves.
-  constexpr size_t kGraphMetaFloor = size_t{1} << 20;
-  const size_t meta_entries = on_graph_buffers ? std::max(total, kGraphMetaFloor) : total;
-  if (absl::Status s = buf.meta.Reserve(meta_entries * sizeof(int32_t), &moved); !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = buf.meta.Reserve(pass.meta_bytes, &moved); !s.ok()) return s;
   int32_t* h = host_meta_.as<int32_t>();
   {
     int row = 0;
@@ -687,59 +810,25 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   PagedBatch ring_batch = full_batch;
   ring_batch.block_tables = d + o_rings;
 
-  KvCacheLayout full_layout;
-  full_layout.num_blocks = kvc.num_blocks + 1;  // the scratch block last
-  full_layout.block_size = kvc.block_size;
-  full_layout.num_kv_heads = sh.kv_heads;
-  full_layout.head_dim = sh.head_dim;
-  full_layout.max_blocks_per_req = table_pitch;
-  // A ring per request: slot = ring * ring_size + position % ring_size.
-  KvCacheLayout ring_layout = full_layout;
-  ring_layout.num_blocks = kvc.max_requests + 1;  // the scratch ring last
-  ring_layout.block_size = kv_cache_->ring_size();
-  ring_layout.max_blocks_per_req = 1;
-  ring_layout.ring_blocks = 1;
-
   // ---- Activations. ----
-  auto reserve = [&moved](DeviceBuffer& buffer, size_t elements, size_t element_bytes) {
-    return buffer.Reserve(elements * element_bytes, &moved);
-  };
   const size_t T = static_cast<size_t>(t);
   const size_t local_elems = static_cast<size_t>(gather_rows) * sh.vocab_shard;
-  // The graph buffers start at the largest graphable pass expected
-  // (rows: tokens or logit rows of the pass).
-  const size_t expected =
-      on_graph_buffers ? static_cast<size_t>(std::max<int64_t>(graph_pass_tokens_, 0)) : 0;
-  const auto rows = [expected](size_t n) { return std::max(n, expected); };
+  // (The attention's workspace among them.)
+  for (const auto& [buffer, bytes] : GraphHeldBytes(buf, pass)) {
+    if (absl::Status s = buffer->Reserve(bytes, &moved); !s.ok()) return s;
+  }
+  // Read only outside the graphs, so their growth keeps the graphs: the
+  // rows a pass picks out (only passes that never replay: a graph pass
+  // computes every row's logits), and, grown here before the step's
+  // collectives are queued (cudaFree waits for the whole device, without
+  // the NCCL timeout), the logits' all-gather.
+  const size_t gathered_rows = std::max<size_t>(gather_rows, pass.floor_rows);
   for (absl::Status s :
-       {reserve(buf.residual, rows(T) * sh.hidden, 4), reserve(buf.normed, rows(T) * sh.hidden, 2),
-        reserve(buf.qkv, rows(T) * sh.qkv_size(), 2), reserve(buf.attn, rows(T) * sh.q_size(), 2),
-        reserve(buf.o_out, rows(T) * sh.hidden, 2),
-        reserve(buf.gate_up, rows(T) * 2 * sh.inter, 2),
-        reserve(buf.act, rows(T) * sh.inter, 2), reserve(buf.mlp_out, rows(T) * sh.hidden, 2),
-        reserve(buf.local_logits, rows(head_rows) * sh.vocab_shard, 4),
-        // Read only outside the graphs, so their growth keeps the graphs:
-        // the rows a pass picks out (only passes that never replay: a graph
-        // pass computes every row's logits), and, grown here before the
-        // step's collectives are queued (cudaFree waits for the whole
-        // device, without the NCCL timeout), the logits' all-gather.
-        buf.selected.Reserve(head_rows != t ? static_cast<size_t>(out_rows) * sh.hidden * 2 : 0),
-        buf.gathered.Reserve(
-            tp_.size > 1 ? rows(gather_rows) * sh.vocab_shard * tp_.size * 4 : 0),
-        buf.full_logits.Reserve(tp_.size > 1 ? rows(gather_rows) * config_.vocab_size * 4 : 0)}) {
+       {buf.selected.Reserve(head_rows != t ? static_cast<size_t>(out_rows) * sh.hidden * 2 : 0),
+        buf.gathered.Reserve(tp_.size > 1 ? gathered_rows * sh.vocab_shard * tp_.size * 4 : 0),
+        buf.full_logits.Reserve(tp_.size > 1 ? gathered_rows * config_.vocab_size * 4 : 0)}) {
     if (!s.ok()) return s;
   }
-  AttentionConfig attn_full;
-  attn_full.num_heads = sh.heads;
-  AttentionConfig attn_sliding = attn_full;
-  attn_sliding.sliding_window = config_.sliding_window;
-  size_t workspace = 0;
-  for (const DeviceLayer& l : layers_) {
-    workspace = std::max(
-        workspace, l.sliding ? PagedAttentionWorkspaceBytes(ring_batch, ring_layout, attn_sliding)
-                             : PagedAttentionWorkspaceBytes(full_batch, full_layout, attn_full));
-  }
-  if (absl::Status s = buf.attn_workspace.Reserve(workspace, &moved); !s.ok()) return s;
   if (moved > 0) {
     if (on_graph_buffers) DropGraphs();
     moved = 0;
@@ -890,8 +979,6 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // timed wait, which turns that into an error (the next pass's wait for
   // its metadata upload has no timeout).
   const bool wait = batch.wait || tp_.size > 1;
-  const EagerReason eager = out_rows != real_tokens && !all_rows ? EagerReason::kPartialLogits
-                                                                 : EagerReason::kUncapturable;
   absl::Status s = EnqueueMaybeGraph(GraphKey{nb, t, max_query, table_pitch, kv_bound}, graphable,
                                      eager, enqueue, ahead != nullptr);
   if (!s.ok()) return s;

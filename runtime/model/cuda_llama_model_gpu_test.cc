@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "gtest/gtest.h"
 #include "runtime/model/cuda_llama_model.h"
 #include "runtime/model/kv_cache.h"
@@ -367,6 +368,18 @@ void RunRaggedPadding(const ModelConfig& config, const std::string& name, Captur
            models[0]->graph_replays();
   };
   const int64_t prefill_graphed = graphed();
+  // Runs `batch` on every model: the graphed ones give the eager one's bits.
+  const auto forward_all = [&](const ForwardBatch& batch, const std::string& what) {
+    const size_t n = static_cast<size_t>(batch.num_logit_rows()) * vocab;
+    std::vector<std::vector<float>> out(models.size(), std::vector<float>(n, NAN));
+    for (size_t m = 0; m < models.size(); ++m) {
+      ASSERT_TRUE(models[m]->Forward(batch, out[m].data()).ok()) << what;
+    }
+    ASSERT_EQ(out[0], out[eager]) << what << ": padded graphs against eager";
+    if (capture == Capture::kLazy) {
+      ASSERT_EQ(out[1], out[eager]) << what << ": exact graphs against eager";
+    }
+  };
   const int64_t prefill_replays = models[0]->graph_replays();
   for (int step = 0; step < 40; ++step) {
     ForwardBatch verify;
@@ -381,15 +394,7 @@ void RunRaggedPadding(const ModelConfig& config, const std::string& name, Captur
       // Accept a random prefix: the next step rewrites the rest.
       next[i] += catch_up ? 2 : 1 + static_cast<int64_t>(rng() % block[i].size());
     }
-    const size_t n = static_cast<size_t>(verify.num_logit_rows()) * vocab;
-    std::vector<std::vector<float>> out(models.size(), std::vector<float>(n, NAN));
-    for (size_t m = 0; m < models.size(); ++m) {
-      ASSERT_TRUE(models[m]->Forward(verify, out[m].data()).ok()) << name << " step " << step;
-    }
-    ASSERT_EQ(out[0], out[eager]) << name << " step " << step << ": padded graphs against eager";
-    if (capture == Capture::kLazy) {
-      ASSERT_EQ(out[1], out[eager]) << name << " step " << step << ": exact graphs against eager";
-    }
+    ASSERT_NO_FATAL_FAILURE(forward_all(verify, absl::StrCat(name, " step ", step)));
   }
   EXPECT_EQ(models[eager]->graph_replays(), 0) << name;
   // No verify or catch-up step ran eager for its partial logits.
@@ -400,6 +405,30 @@ void RunRaggedPadding(const ModelConfig& config, const std::string& name, Captur
   if (capture == Capture::kAhead) {
     // Every step replayed a graph captured before it.
     EXPECT_EQ(models[0]->graph_replays(), prefill_replays + 40) << name;
+    // A catch-up larger than every shape captured (ten tokens a request,
+    // three rows wanted: graphable) needs more than the graph buffers hold:
+    // it runs on the eager buffers, and the graphs stay for the next step.
+    // A model with sliding layers runs it in chunks of the speculative
+    // slots instead, which fit: the first (no rows wanted) eagerly, the
+    // second from its graph.
+    const bool chunked = config.HasSlidingLayers();
+    ForwardBatch large, decode;
+    std::vector<std::vector<int32_t>> tokens(kRequests);
+    for (int i = 0; i < kRequests; ++i) {
+      tokens[i] = RandomTokens(rng, 10, vocab);
+      large.requests.push_back({handles[i], next[i], tokens[i], 3});
+      next[i] += 10;
+    }
+    ASSERT_NO_FATAL_FAILURE(forward_all(large, name + " large catch-up"));
+    EXPECT_EQ(models[0]->eager_passes(ModelRunner::EagerReason::kOutgrewGraphBuffers),
+              chunked ? 0 : 1)
+        << name;
+    for (int i = 0; i < kRequests; ++i) {
+      decode.requests.push_back({handles[i], next[i], absl::MakeConstSpan(tokens[i]).first(1), -1});
+    }
+    ASSERT_NO_FATAL_FAILURE(forward_all(decode, name + " decode after it"));
+    EXPECT_EQ(models[0]->graph_replays(), prefill_replays + 40 + (chunked ? 2 : 1)) << name;
+    EXPECT_EQ(models[0]->eager_passes(ModelRunner::EagerReason::kFirstUse), 0) << name;
     return;
   }
   // The exact shapes rarely repeat; the padded ones do, once the step

@@ -28,6 +28,8 @@ const char* ModelRunner::EagerReasonName(EagerReason reason) {
       return "uncapturable";
     case EagerReason::kCaptureFailed:
       return "capture_failed";
+    case EagerReason::kOutgrewGraphBuffers:
+      return "outgrew_graph_buffers";
   }
   return "unknown";
 }

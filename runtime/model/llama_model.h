@@ -96,10 +96,13 @@ class ModelRunner {
     kPartialLogits,  // only some rows want logits (a prefill): never captured
     kUncapturable,   // the communicator's collectives cannot be captured
     kCaptureFailed,  // the shape's capture was refused: it stays eager
+    // larger than the buffers of the graphs captured ahead of serving:
+    // growing those would drop every graph
+    kOutgrewGraphBuffers,
   };
   static constexpr EagerReason kEagerReasons[] = {
       EagerReason::kFirstUse, EagerReason::kPartialLogits, EagerReason::kUncapturable,
-      EagerReason::kCaptureFailed};
+      EagerReason::kCaptureFailed, EagerReason::kOutgrewGraphBuffers};
   static const char* EagerReasonName(EagerReason reason);
   virtual int64_t eager_passes(EagerReason /*reason*/) const { return 0; }
 
