@@ -708,15 +708,15 @@ __device__ FineCandidates FineCandidateBins(const uint32_t* fine_hist, double li
   }
   // Every CTA has read its peers' counts: the candidate memory is free.
   team.Barrier();
-  // Bounds on the mass of the bins before this thread's.
+  // Bounds on the mass of this thread's bins, then of the bins before them.
+  double below[kMaxFineBinsPerThread] = {}, above[kMaxFineBinsPerThread] = {};
   double lo = 0.0, hi = 0.0;
 #pragma unroll
   for (int j = 0; j < kMaxFineBinsPerThread; ++j) {
     if (j >= per) break;
-    double below, above;
-    BinMassBounds(bin0 + j, count[j], &below, &above);
-    lo += below;
-    hi += above;
+    BinMassBounds(bin0 + j, count[j], &below[j], &above[j]);
+    lo += below[j];
+    hi += above[j];
   }
   BlockExclusiveScan2(&lo, &hi, s.warp_d[0], s.warp_d[1]);
   // The threshold's bin B has mass(bins < B) < limit <= mass(bins <= B),
@@ -726,11 +726,9 @@ __device__ FineCandidates FineCandidateBins(const uint32_t* fine_hist, double li
   for (int j = 0; j < kMaxFineBinsPerThread; ++j) {
     if (j >= per) break;
     const int n = bin0 + j;
-    double below, above;
-    BinMassBounds(n, count[j], &below, &above);
     if (lo < limit && count[j] != 0 && MayWeigh(n, kFirstLevelScale)) last = n;
-    lo += below;
-    hi += above;
+    lo += below[j];
+    hi += above[j];
     if (hi >= limit && first == kFineBins) first = n;
   }
   first = BlockMin(first, s);
@@ -870,6 +868,18 @@ __device__ unsigned long long MassPass(const RowView& row, GroupRange range, con
   }
   if (pivots) BlockSumPivots(count, mass, s);
   return BlockSum(total, s);
+}
+
+// MassPass with top-p's histogram when the row has one (fine_hist set).
+__device__ __forceinline__ unsigned long long MassPassOf(const RowView& row, GroupRange range,
+                                                         const Scan& scan, bool pivots,
+                                                         bool one_hot, uint32_t* fine_hist,
+                                                         float fine_floor, float* probs,
+                                                         bool vector_probs, Shared& s) {
+  return fine_hist != nullptr ? MassPass<true>(row, range, scan, pivots, one_hot, fine_hist,
+                                               fine_floor, probs, vector_probs, s)
+                              : MassPass<false>(row, range, scan, pivots, one_hot, nullptr,
+                                                fine_floor, probs, vector_probs, s);
 }
 
 struct Kept {
@@ -1043,12 +1053,8 @@ __device__ uint64_t SampleRow(const KernelArgs& a, int32_t row, Shared& s) {
   uint32_t* const fine_hist =
       FineHistogram(greedy, top_k, top_p, in.vocab_size, 1, a.top_p_gates, s);
   const float fine_floor = MinPThreshold(scan.row_max, min_p);
-  const unsigned long long total =
-      fine_hist != nullptr
-          ? MassPass<true>(view, WholeRow(view), scan, pivots, greedy, fine_hist, fine_floor,
-                           probs, a.vector_probs, s)
-          : MassPass<false>(view, WholeRow(view), scan, pivots, greedy, nullptr, fine_floor,
-                            probs, a.vector_probs, s);
+  const unsigned long long total = MassPassOf(view, WholeRow(view), scan, pivots, greedy,
+                                              fine_hist, fine_floor, probs, a.vector_probs, s);
   if (greedy) {
     if (threadIdx.x == 0) {
       a.out.token_ids[row] = scan.argmax;
@@ -1188,11 +1194,8 @@ __device__ uint64_t SampleSplitRow(const KernelArgs& a, int32_t row, cg::cluster
   uint32_t* const fine_hist =
       FineHistogram(greedy, top_k, top_p, in.vocab_size, ctas, a.top_p_gates, s);
   const float fine_floor = MinPThreshold(scan.row_max, min_p);
-  const unsigned long long slice_mass =
-      fine_hist != nullptr ? MassPass<true>(view, slice, scan, filtered, greedy, fine_hist,
-                                            fine_floor, probs, a.vector_probs, s)
-                           : MassPass<false>(view, slice, scan, filtered, greedy, nullptr,
-                                             fine_floor, probs, a.vector_probs, s);
+  const unsigned long long slice_mass = MassPassOf(view, slice, scan, filtered, greedy, fine_hist,
+                                                   fine_floor, probs, a.vector_probs, s);
   if (threadIdx.x == 0) {
     x.mass.total = slice_mass;
     for (int j = 0; j < kPivots; ++j) {
