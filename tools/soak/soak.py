@@ -675,7 +675,17 @@ def main():
         metrics_url = f"http://127.0.0.1:{mport}/metrics"
         command = [args.verdict, "serve", f"--port={port}", f"--metrics-port={mport}",
                    f"--max-running-requests={args.running}",
-                   f"--max-waiting-requests={args.waiting}", *args.server_arg]
+                   f"--max-waiting-requests={args.waiting}"]
+        # Every client of the soak comes from 127.0.0.1, and it runs twice
+        # the engine's capacity: the connection gate's caps (per address,
+        # and in all) go above that, so that the engine's own limits are
+        # what the probe finds, unless --server-arg sets them.
+        given = " ".join(args.server_arg)
+        if "--max-connections-per-client" not in given:
+            command.append("--max-connections-per-client=0")
+        if "--max-connections=" not in given:
+            command.append(f"--max-connections={2 * (args.running + args.waiting) + 64}")
+        command += args.server_arg
         log = open(os.path.join(args.out, "server.log"), "w")
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         pid = proc.pid
