@@ -211,6 +211,74 @@ TEST_P(SpeculationMaxBatchTest, LargeBatchesDecodeWithoutDraftsAndLoseNothing) {
       << " without";
 }
 
+// draft_prefill_when_drafting: no request's draft prefills at admission;
+// each reads its prompt in its first drafting step's first pass, and the
+// outputs are still the target's greedy tokens, its drafts accepted about
+// as often as with the prefill at admission.
+class DraftPrefillWhenDraftingTest : public EngineTest,
+                                     public ::testing::WithParamInterface<bool> {};
+
+TEST_P(DraftPrefillWhenDraftingTest, PromptsAreCaughtUpAndNothingChanges) {
+  const auto run = [&](bool when_drafting, std::vector<StepTiming>* steps) {
+    LocalCommunicator comm;
+    EngineOptions options;
+    options.overlap = GetParam();
+    options.draft_prefill_when_drafting = when_drafting;
+    std::unique_ptr<Engine> engine = MakeEngine(&comm, options);
+    EXPECT_NE(engine, nullptr);
+    if (engine == nullptr) return 0.0;
+    std::mutex mu;
+    engine->set_step_observer([&](const StepTiming& t) {
+      std::lock_guard<std::mutex> lock(mu);
+      steps->push_back(t);
+    });
+    EngineHarness harness(engine.get());
+    const std::vector<CollectedOutput> outputs =
+        harness.GenerateAll(GreedyRequests(*engine, kMaxTokens));
+    harness.Stop();
+    int64_t drafted = 0, accepted = 0;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      EXPECT_EQ(outputs[i].token_ids, (*reference_)[i].token_ids) << "prompt " << kPrompts[i];
+      drafted += outputs[i].usage.draft_tokens;
+      accepted += outputs[i].usage.accepted_tokens;
+    }
+    EXPECT_GT(drafted, 0);
+    return drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0;
+  };
+  std::vector<StepTiming> deferred_steps, admission_steps;
+  const double deferred_rate = run(true, &deferred_steps);
+  const double admission_rate = run(false, &admission_steps);
+  double deferred_seconds = 0, admission_seconds = 0;
+  int64_t caught_up = 0;
+  for (const StepTiming& t : deferred_steps) {
+    deferred_seconds += t.draft_prefill_seconds;
+    caught_up += t.catch_up_tokens;
+  }
+  for (const StepTiming& t : admission_steps) admission_seconds += t.draft_prefill_seconds;
+  EXPECT_EQ(deferred_seconds, 0.0);
+  EXPECT_GT(admission_seconds, 0.0);
+  // Every prompt but its last token was caught up on.
+  int64_t prompts = 0;
+  {
+    LocalCommunicator comm;
+    std::unique_ptr<Engine> engine = MakeEngine(&comm, EngineOptions());
+    ASSERT_NE(engine, nullptr);
+    for (const GenerationRequest& r : GreedyRequests(*engine, kMaxTokens)) {
+      prompts += static_cast<int64_t>(r.prompt_token_ids.size()) - 1;
+    }
+  }
+  EXPECT_GE(caught_up, prompts);
+  // A draft that missed its prompt would propose garbage.
+  EXPECT_GT(deferred_rate, 0.8 * admission_rate)
+      << "accepted per draft: " << deferred_rate << " deferred, " << admission_rate
+      << " at admission";
+}
+
+INSTANTIATE_TEST_SUITE_P(Overlap, DraftPrefillWhenDraftingTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "OverlapOn" : "OverlapOff";
+                         });
+
 TEST(SpeculationMaxBatchOptionTest, NegativeIsRefusedWithTheFlag) {
   LocalCommunicator comm;
   EngineOptions options;
