@@ -46,6 +46,16 @@ std::vector<GenerationRequest> GreedyRequests(const Engine& engine, int max_toke
   return requests;
 }
 
+// Appends every step's timing to *steps (the engine calls from its loop
+// thread).
+void RecordSteps(Engine& engine, std::vector<StepTiming>* steps) {
+  auto mu = std::make_shared<std::mutex>();
+  engine.set_step_observer([mu, steps](const StepTiming& t) {
+    std::lock_guard<std::mutex> lock(*mu);
+    steps->push_back(t);
+  });
+}
+
 class EngineTest : public ::testing::Test {
  protected:
   // Greedy autoregressive outputs of the target alone: the reference.
@@ -138,11 +148,7 @@ TEST_P(SpeculationMaxBatchTest, LargeBatchesDecodeWithoutDraftsAndLoseNothing) {
     std::unique_ptr<Engine> engine = MakeEngine(&comm, options);
     EXPECT_NE(engine, nullptr);
     if (engine == nullptr) return 0.0;
-    std::mutex mu;
-    engine->set_step_observer([&](const StepTiming& t) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (steps != nullptr) steps->push_back(t);
-    });
+    RecordSteps(*engine, steps);
     EngineHarness harness(engine.get());
     std::vector<GenerationRequest> requests = GreedyRequests(*engine, kMaxTokens);
     EXPECT_EQ(requests.size(), 2u * kLimit);
@@ -227,11 +233,7 @@ TEST_P(DraftPrefillWhenDraftingTest, PromptsAreCaughtUpAndNothingChanges) {
     std::unique_ptr<Engine> engine = MakeEngine(&comm, options);
     EXPECT_NE(engine, nullptr);
     if (engine == nullptr) return 0.0;
-    std::mutex mu;
-    engine->set_step_observer([&](const StepTiming& t) {
-      std::lock_guard<std::mutex> lock(mu);
-      steps->push_back(t);
-    });
+    RecordSteps(*engine, steps);
     EngineHarness harness(engine.get());
     const std::vector<CollectedOutput> outputs =
         harness.GenerateAll(GreedyRequests(*engine, kMaxTokens));
