@@ -708,27 +708,33 @@ __device__ FineCandidates FineCandidateBins(const uint32_t* fine_hist, double li
   }
   // Every CTA has read its peers' counts: the candidate memory is free.
   team.Barrier();
-  // Bounds on the mass of this thread's bins, then of the bins before them.
-  double below[kMaxFineBinsPerThread] = {}, above[kMaxFineBinsPerThread] = {};
+  // Bounds on the mass of the bins before this thread's.
   double lo = 0.0, hi = 0.0;
 #pragma unroll
   for (int j = 0; j < kMaxFineBinsPerThread; ++j) {
     if (j >= per) break;
-    BinMassBounds(bin0 + j, count[j], &below[j], &above[j]);
-    lo += below[j];
-    hi += above[j];
+    double below, above;
+    BinMassBounds(bin0 + j, count[j], &below, &above);
+    lo += below;
+    hi += above;
   }
   BlockExclusiveScan2(&lo, &hi, s.warp_d[0], s.warp_d[1]);
   // The threshold's bin B has mass(bins < B) < limit <= mass(bins <= B),
-  // holds the threshold and may weigh something.
+  // holds the threshold and may weigh something. (The bounds are computed
+  // again rather than kept from the loop above: each sum then compiles to
+  // a fused multiply-add of the count and the edge weight, as in that loop;
+  // a kept product would round twice and move the bounds by their last
+  // bit.)
   int32_t first = kFineBins, last = -1;
 #pragma unroll
   for (int j = 0; j < kMaxFineBinsPerThread; ++j) {
     if (j >= per) break;
     const int n = bin0 + j;
+    double below, above;
+    BinMassBounds(n, count[j], &below, &above);
     if (lo < limit && count[j] != 0 && MayWeigh(n, kFirstLevelScale)) last = n;
-    lo += below[j];
-    hi += above[j];
+    lo += below;
+    hi += above;
     if (hi >= limit && first == kFineBins) first = n;
   }
   first = BlockMin(first, s);

@@ -128,8 +128,10 @@ class CudaLlamaModel : public ModelRunner {
     size_t floor_rows = 0;  // the graph buffers' rows at least (graph_pass_tokens)
     size_t attn_workspace = 0;
   };
+  // `padded`: launched at PaddedShape; `graph_floors`: sized as the graph
+  // buffers are (at least graph_pass_tokens rows, 4 MB of metadata).
   PassLayout LayOutPass(int requests, int tokens, int out_rows, int max_query, int host_table,
-                        int table_pitch, bool all_rows, bool on_graph_buffers,
+                        int table_pitch, bool all_rows, bool padded, bool graph_floors,
                         const AheadPass* ahead) const;
   // The buffers a captured graph reads or writes, with the bytes `pass`
   // needs of each.
@@ -138,7 +140,6 @@ class CudaLlamaModel : public ModelRunner {
                                                                const PassLayout& pass) const;
   // Whether `buf` holds `pass` without growing.
   bool Fits(StepBuffers& buf, const PassLayout& pass) const;
-  bool HoldsGraphsCapturedAhead() const;
   absl::Status LoadWeights(const WeightSource& source, int load_threads);
   // Enqueues `enqueue` on the stream: replayed from a CUDA graph of the
   // same launch shape when one was captured, captured on the shape's second
@@ -207,6 +208,9 @@ class CudaLlamaModel : public ModelRunner {
   int64_t graph_pass_tokens_ = 0;  // CudaModelOptions::graph_pass_tokens
   int64_t graph_max_context_ = 0;  // CudaModelOptions::graph_max_context
   int served_graphs_ = 0;          // graphs captured while serving
+  // CaptureGraphs reserved the graph buffers for its shapes and captured
+  // them (whether or not each capture succeeded).
+  bool captured_ahead_ = false;
   NvlinkAllReduce* one_shot_ = nullptr;  // CudaModelOptions::one_shot_all_reduce
   std::atomic<int64_t> graph_replays_{0};
   std::atomic<int64_t> eager_passes_[std::size(kEagerReasons)] = {};
@@ -343,6 +347,7 @@ absl::StatusOr<ModelRunner::GraphCapture> CudaLlamaModel::CaptureGraphs(
       if (absl::Status s = free_bytes(&free_sized); !s.ok()) return s;
     }
   }
+  captured_ahead_ = true;
   // Graphs held, whether captured now or before; refused shapes are
   // retried while serving.
   for (const auto& [key, entry] : graphs_) {
@@ -558,7 +563,7 @@ absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, float* logits) {
 CudaLlamaModel::PassLayout CudaLlamaModel::LayOutPass(int requests, int tokens, int out_rows,
                                                       int max_query, int host_table,
                                                       int table_pitch, bool all_rows,
-                                                      bool on_graph_buffers,
+                                                      bool padded, bool graph_floors,
                                                       const AheadPass* ahead) const {
   PassLayout l;
   l.shape = LaunchShape{requests, tokens, 0, 0, max_query};
@@ -566,7 +571,7 @@ CudaLlamaModel::PassLayout CudaLlamaModel::LayOutPass(int requests, int tokens, 
     // Phantoms only.
     l.shape = LaunchShape{ahead->shape.requests, ahead->shape.tokens, ahead->shape.requests,
                           ahead->shape.tokens, max_query};
-  } else if (on_graph_buffers && pad_graph_shapes_) {
+  } else if (padded) {
     l.shape = PaddedShape(requests, tokens, max_query);
   }
   const size_t nb = static_cast<size_t>(l.shape.requests);
@@ -589,9 +594,9 @@ CudaLlamaModel::PassLayout CudaLlamaModel::LayOutPass(int requests, int tokens, 
   // entries), so that it seldom moves. Its activations start at the largest
   // graphable pass expected.
   constexpr size_t kGraphMetaFloor = size_t{1} << 20;
-  l.meta_bytes = (on_graph_buffers ? std::max(total, kGraphMetaFloor) : total) * sizeof(int32_t);
-  l.floor_rows = on_graph_buffers ? static_cast<size_t>(std::max<int64_t>(graph_pass_tokens_, 0))
-                                  : 0;
+  l.meta_bytes = (graph_floors ? std::max(total, kGraphMetaFloor) : total) * sizeof(int32_t);
+  l.floor_rows =
+      graph_floors ? static_cast<size_t>(std::max<int64_t>(graph_pass_tokens_, 0)) : 0;
   return l;
 }
 
@@ -618,13 +623,6 @@ bool CudaLlamaModel::Fits(StepBuffers& buf, const PassLayout& pass) const {
     if (buffer->bytes() < bytes) return false;
   }
   return true;
-}
-
-bool CudaLlamaModel::HoldsGraphsCapturedAhead() const {
-  for (const auto& [key, entry] : graphs_) {
-    if (entry.ahead && entry.exec != nullptr) return true;
-  }
-  return false;
 }
 
 absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
@@ -701,12 +699,17 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   bool on_graph_buffers = graphable && cuda_graphs_;
   EagerReason eager = out_rows != real_tokens && !all_rows ? EagerReason::kPartialLogits
                                                            : EagerReason::kUncapturable;
+  const bool padded = on_graph_buffers && pad_graph_shapes_;
   PassLayout pass = LayOutPass(b, real_tokens, out_rows, max_query, host_table, table_pitch,
-                               all_rows, on_graph_buffers, ahead);
+                               all_rows, padded, on_graph_buffers, ahead);
   // The graphs captured ahead hold the graph buffers at the sizes their
   // shapes need. A pass that needs more (a draft catching up on many
   // tokens, a batch above the captured ones) runs eagerly on the eager
-  // buffers rather than growing them, which would drop every graph.
+  // buffers rather than growing them, which would drop every graph. It
+  // keeps its padded shape, so that it computes what its graph would, and
+  // every rank launches the same shape: the decision reads only state the
+  // ranks share (the buffers' sizes follow the same passes everywhere, and
+  // captured_ahead_ does not depend on which captures succeeded).
   const auto attention_workspace = [&](const PassLayout& l) {
     PagedBatch full{}, ring{};
     full.num_reqs = ring.num_reqs = l.shape.requests;
@@ -722,13 +725,12 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
     return bytes;
   };
   pass.attn_workspace = attention_workspace(pass);
-  if (on_graph_buffers && ahead == nullptr && HoldsGraphsCapturedAhead() &&
-      !Fits(graph_buffers_, pass)) {
+  if (on_graph_buffers && ahead == nullptr && captured_ahead_ && !Fits(graph_buffers_, pass)) {
     on_graph_buffers = false;
     graphable = false;
     eager = EagerReason::kOutgrewGraphBuffers;
     pass = LayOutPass(b, real_tokens, out_rows, max_query, host_table, table_pitch, all_rows,
-                      on_graph_buffers, ahead);
+                      padded, /*graph_floors=*/false, ahead);
     pass.attn_workspace = attention_workspace(pass);
   }
   StepBuffers& buf = on_graph_buffers ? graph_buffers_ : eager_buffers_;
