@@ -130,21 +130,6 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
       }
     }
   }
-  if (!input.catch_up_horizons.empty()) {
-    if (static_cast<int64_t>(input.catch_up_horizons.size()) != batch) {
-      return absl::InvalidArgumentError(absl::StrCat("draft planner: ",
-                                                     input.catch_up_horizons.size(),
-                                                     " catch-up horizons for ", batch,
-                                                     " requests"));
-    }
-    for (int64_t i = 0; i < batch; ++i) {
-      if (input.catch_up_horizons[i] < 1) {
-        return absl::InvalidArgumentError(absl::StrCat("draft planner: request ", i,
-                                                       " has a catch-up horizon of ",
-                                                       input.catch_up_horizons[i], " steps"));
-      }
-    }
-  }
   caps_.resize(batch);
   for (int64_t i = 0; i < batch; ++i) {
     const int32_t max_len = input.max_verify_lens[i];
@@ -199,18 +184,12 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
       first_pass_seconds_[n] = table.PredictDraftPassAt(static_cast<double>(n), true);
       later_pass_seconds_[n] = table.PredictDraftPassAt(static_cast<double>(n), false);
     }
-    // The first pass over n rows carrying `extra` catch-up tokens (a
-    // fraction of them where a horizon spreads them over steps).
-    const auto first_pass = [&](int64_t n, double extra) {
+    // The first pass over n rows carrying `extra` catch-up tokens.
+    const auto first_pass = [&](int64_t n, int64_t extra) {
       return extra == 0 ? first_pass_seconds_[n]
-                        : table.PredictDraftPassAt(static_cast<double>(n) + extra, true);
+                        : table.PredictDraftPassAt(static_cast<double>(n + extra), true);
     };
     const bool catch_up = !input.catch_up_tokens.empty();
-    const auto charged_catch_up = [&](int32_t request) {
-      const double tokens = input.catch_up_tokens[request];
-      return input.catch_up_horizons.empty() ? tokens
-                                             : tokens / input.catch_up_horizons[request];
-    };
     double best = b / table.StepFromParts(b, table.Predict(b, b), 0.0);
     int best_limit = 0;
     int64_t best_k = 0;
@@ -220,7 +199,7 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
       rows_per_pass_.assign(limit, 0);
       double gain = b;
       int64_t k = 0;
-      double extra = 0;  // catch-up tokens charged to the requests drafting so far
+      int64_t extra = 0;  // catch-up tokens of the requests drafting so far
       for (const Candidate& c : candidates_) {
         if (c.position >= limit) continue;
         gain += c.survival;
@@ -228,7 +207,7 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
         ++rows_per_pass_[c.position];
         // A request's first draft comes first among its own (its survival
         // is its largest), and brings the request's catch-up.
-        if (catch_up && c.position == 0) extra += charged_catch_up(c.request);
+        if (catch_up && c.position == 0) extra += input.catch_up_tokens[c.request];
         // Summed as PredictDraftPhaseAt does (a pass of no rows adds 0), so
         // the plan's price is the one Finish reports.
         double phase = first_pass(rows_per_pass_[0], extra);

@@ -34,11 +34,7 @@
 // catch-up tokens of the requests it makes draft (each such token priced as
 // a row of that pass). A request far behind then drafts only when its
 // drafts pay for its catch-up this step; the plans compared stay the top k
-// survivals, each priced with its catch-up. A catch-up is paid once and
-// lets the request draft in the steps after it too: with catch-up
-// horizons, the objective charges a drafting request's catch-up over its
-// horizon (tokens / horizon rows of the first pass), while the plan's
-// predicted step time still carries all of it (what the step will take).
+// survivals, each priced with its catch-up.
 //
 // Fallbacks: without a draft split in the table, with no table, or while the
 // confidence source is on its prior, every request drafts its cap (today's
@@ -87,9 +83,6 @@ struct DraftPlannerInput {
   // B or empty (none): tokens committed by the steps each request sat out
   // since it last drafted, which its next first pass catches up on.
   absl::Span<const int32_t> catch_up_tokens;
-  // B or empty (1 each; each >= 1): the steps over which request i's
-  // catch-up is charged to the objective.
-  absl::Span<const int32_t> catch_up_horizons;
   bool confidence_ready = true;
   bool drafts_allowed = true;
 };

@@ -42,11 +42,6 @@ ABSL_FLAG(int, max_waiting_requests, 1024, "requests queued beyond the running o
 ABSL_FLAG(int, speculation_max_batch, 0,
           "an override of the draft planner: steps of more running requests than this draft "
           "nothing (each request decodes one token, as with --speculation off); 0: no limit");
-ABSL_FLAG(std::string, draft_prefill, "admission",
-          "when a request's draft reads its prompt: admission (a draft prefill pass beside the "
-          "target's, unless the batch decodes without drafts) or when-drafting (in the first "
-          "pass of its first drafting step, a catch-up that the draft planner charges over the "
-          "steps the request has left)");
 ABSL_FLAG(int64_t, max_model_len, 0, "context length; 0: the target's max_position_embeddings");
 ABSL_FLAG(int64_t, kv_cache_tokens, 65536, "KV cache positions per model");
 ABSL_FLAG(std::string, cost_table, "auto",
@@ -221,10 +216,6 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
   options.overlap = *overlap;
   options.max_running_requests = absl::GetFlag(FLAGS_max_running_requests);
   options.speculation_max_batch = absl::GetFlag(FLAGS_speculation_max_batch);
-  absl::StatusOr<bool> at_admission =
-      IsFirstChoice("draft-prefill", FLAGS_draft_prefill, "admission", "when-drafting");
-  if (!at_admission.ok()) return at_admission.status();
-  options.draft_prefill_when_drafting = !*at_admission;
   options.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
   options.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);

@@ -144,14 +144,6 @@ struct EngineOptions {
   // first pass of the next step that drafts. 0: no limit (the draft planner
   // decides, from a cost table with the draft split).
   int speculation_max_batch = 0;
-  // When a speculative request's draft reads its prompt. false: at
-  // admission, a prefill pass of the draft of its own (as the target's),
-  // unless the batch decodes without drafts (then as below). true: in the
-  // first pass of the request's first drafting step (a catch-up, as after
-  // steps it sat out), which the draft planner charges over the steps the
-  // request has left (DraftPlannerInput::catch_up_horizons), so that the
-  // planner decides whether its drafts pay for reading the prompt.
-  bool draft_prefill_when_drafting = false;
   // Overlap scheduling: the CPU plans step N+1 while a worker thread runs
   // step N (see the top of this file). Off by default: every plan then uses
   // the fresh drafts' confidences, and steps run one at a time.
@@ -395,10 +387,6 @@ class Engine : public GenerationService {
     std::vector<int32_t> max_verify_lens;
     std::vector<uint8_t> flags;
     std::vector<int32_t> catch_up_tokens;  // Request::catch_up_tokens, for the draft planner
-    // With draft_prefill_when_drafting: the fewest steps each request has
-    // left (its tokens left over its maximum verify length), over which the
-    // planner charges its catch-up; empty otherwise.
-    std::vector<int32_t> catch_up_horizons;
   };
   StepCaps VerifyCaps(const std::vector<Request*>& batch) const;
   // [batch * gamma] confidences of each request's latest drafts

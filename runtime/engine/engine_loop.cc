@@ -2,7 +2,6 @@
 // the step's plan, and running it (one step at a time, or overlapped with
 // the executor's worker thread).
 #include <algorithm>
-#include <limits>
 #include <cmath>
 #include <utility>
 
@@ -145,14 +144,12 @@ void Engine::Admit() {
   }
   if (admitted.empty()) return;
   // While the batch decodes without drafts (above --speculation-max-batch,
-  // or the last draft plan drafted nobody), or always with
-  // draft_prefill_when_drafting, a request joining it skips the draft's
-  // prefill: a request that never drafts never pays for it, and one that
-  // drafts later catches up on its prompt in that step's first pass, which
-  // the draft planner prices as catch-up tokens. The decision reads state
-  // every rank shares (the batch size, the checked draft plan).
+  // or the last draft plan drafted nobody), a request joining it skips the
+  // draft's prefill: a request that never drafts never pays for it, and
+  // one that drafts later catches up on its prompt in that step's first
+  // pass, which the draft planner prices as catch-up tokens. The decision
+  // reads state every rank shares (the batch size, the checked draft plan).
   const bool plain_batch =
-      options_.draft_prefill_when_drafting ||
       !DraftsAtBatch(static_cast<int>(running_.size())) ||
       (draft_plan_.reason == DraftReason::kPlanned && !draft_plan_.depths.empty() &&
        draft_plan_.drafting_requests == 0);
@@ -300,11 +297,6 @@ Engine::StepCaps Engine::VerifyCaps(const std::vector<Request*>& batch) const {
     caps.max_verify_lens[i] =
         static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(cap + 1, left)));
     if (!batch[i]->speculative) caps.flags[i] = kSpeculationDisabled;
-    if (options_.draft_prefill_when_drafting) {
-      // At most cap + 1 tokens a step: the fewest steps left.
-      caps.catch_up_horizons.push_back(static_cast<int32_t>(
-          std::clamp<int64_t>((left + cap) / (cap + 1), 1, std::numeric_limits<int32_t>::max())));
-    }
   }
   return caps;
 }
@@ -343,7 +335,6 @@ absl::Status Engine::PlanDrafts(const StepCaps& caps, absl::Span<const double> c
   input.max_verify_lens = caps.max_verify_lens;
   input.flags = caps.flags;
   input.catch_up_tokens = caps.catch_up_tokens;
-  input.catch_up_horizons = caps.catch_up_horizons;
   input.confidence_ready = estimator_->ready();
   input.drafts_allowed = DraftsAtBatch(b);
   if (absl::Status s = draft_planner_->Plan(input, &draft_plan_); !s.ok()) return s;
