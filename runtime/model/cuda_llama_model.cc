@@ -123,23 +123,25 @@ class CudaLlamaModel : public ModelRunner {
     int head_rows = 0;
     int gather_rows = 0;
     size_t o_ids = 0, o_pos = 0, o_qstart = 0, o_kvlen = 0, o_rings = 0, o_tables = 0;
-    size_t host_total = 0;  // entries of the host copy
-    size_t meta_bytes = 0;  // of the device copy
-    size_t floor_rows = 0;  // the graph buffers' rows at least (graph_pass_tokens)
+    size_t host_total = 0;    // entries of the host copy
+    size_t device_total = 0;  // entries of the device copy
     size_t attn_workspace = 0;
   };
-  // `padded`: launched at PaddedShape; `graph_floors`: sized as the graph
-  // buffers are (at least graph_pass_tokens rows, 4 MB of metadata).
+  // `padded`: launched at PaddedShape. The caller sets attn_workspace.
   PassLayout LayOutPass(int requests, int tokens, int out_rows, int max_query, int host_table,
-                        int table_pitch, bool all_rows, bool padded, bool graph_floors,
+                        int table_pitch, bool all_rows, bool padded,
                         const AheadPass* ahead) const;
+  // Rows the graph buffers hold at least (graph_pass_tokens).
+  size_t GraphFloorRows() const {
+    return static_cast<size_t>(std::max<int64_t>(graph_pass_tokens_, 0));
+  }
   // The buffers a captured graph reads or writes, with the bytes `pass`
-  // needs of each.
+  // needs of each; with `graph_floors`, as the graph buffers are sized (at
+  // least GraphFloorRows rows, 4 MB of metadata).
   struct StepBuffers;
   std::vector<std::pair<DeviceBuffer*, size_t>> GraphHeldBytes(StepBuffers& buf,
-                                                               const PassLayout& pass) const;
-  // Whether `buf` holds `pass` without growing.
-  bool Fits(StepBuffers& buf, const PassLayout& pass) const;
+                                                               const PassLayout& pass,
+                                                               bool graph_floors) const;
   absl::Status LoadWeights(const WeightSource& source, int load_threads);
   // Enqueues `enqueue` on the stream: replayed from a CUDA graph of the
   // same launch shape when one was captured, captured on the shape's second
@@ -563,7 +565,7 @@ absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, float* logits) {
 CudaLlamaModel::PassLayout CudaLlamaModel::LayOutPass(int requests, int tokens, int out_rows,
                                                       int max_query, int host_table,
                                                       int table_pitch, bool all_rows,
-                                                      bool padded, bool graph_floors,
+                                                      bool padded,
                                                       const AheadPass* ahead) const {
   PassLayout l;
   l.shape = LaunchShape{requests, tokens, 0, 0, max_query};
@@ -588,24 +590,24 @@ CudaLlamaModel::PassLayout CudaLlamaModel::LayOutPass(int requests, int tokens, 
   l.o_rings = l.o_kvlen + nb;
   l.o_tables = l.o_rings + nb;
   l.host_total = l.o_tables + nb * host_table;
-  const size_t total = l.o_tables + nb * table_pitch;
-  // The graphs' metadata grows with the launched requests (and, past the
-  // graphs' context, with the block tables): it starts at 4 MB (a million
-  // entries), so that it seldom moves. Its activations start at the largest
-  // graphable pass expected.
-  constexpr size_t kGraphMetaFloor = size_t{1} << 20;
-  l.meta_bytes = (graph_floors ? std::max(total, kGraphMetaFloor) : total) * sizeof(int32_t);
-  l.floor_rows =
-      graph_floors ? static_cast<size_t>(std::max<int64_t>(graph_pass_tokens_, 0)) : 0;
+  l.device_total = l.o_tables + nb * table_pitch;
   return l;
 }
 
 std::vector<std::pair<DeviceBuffer*, size_t>> CudaLlamaModel::GraphHeldBytes(
-    StepBuffers& buf, const PassLayout& pass) const {
+    StepBuffers& buf, const PassLayout& pass, bool graph_floors) const {
   const LocalShape& sh = shape_;
-  const size_t t = std::max(static_cast<size_t>(pass.shape.tokens), pass.floor_rows);
-  const size_t head = std::max(static_cast<size_t>(pass.head_rows), pass.floor_rows);
-  return {{&buf.meta, pass.meta_bytes},
+  // The graphs' metadata grows with the launched requests (and, past the
+  // graphs' context, with the block tables): it starts at 4 MB (a million
+  // entries), so that it seldom moves. Their activations start at the
+  // largest graphable pass expected.
+  constexpr size_t kGraphMetaFloor = size_t{1} << 20;
+  const size_t meta = graph_floors ? std::max(pass.device_total, kGraphMetaFloor)
+                                   : pass.device_total;
+  const size_t floor = graph_floors ? GraphFloorRows() : 0;
+  const size_t t = std::max(static_cast<size_t>(pass.shape.tokens), floor);
+  const size_t head = std::max(static_cast<size_t>(pass.head_rows), floor);
+  return {{&buf.meta, meta * sizeof(int32_t)},
           {&buf.residual, t * sh.hidden * 4},
           {&buf.normed, t * sh.hidden * 2},
           {&buf.qkv, t * sh.qkv_size() * 2},
@@ -616,13 +618,6 @@ std::vector<std::pair<DeviceBuffer*, size_t>> CudaLlamaModel::GraphHeldBytes(
           {&buf.mlp_out, t * sh.hidden * 2},
           {&buf.local_logits, head * sh.vocab_shard * 4},
           {&buf.attn_workspace, pass.attn_workspace}};
-}
-
-bool CudaLlamaModel::Fits(StepBuffers& buf, const PassLayout& pass) const {
-  for (const auto& [buffer, bytes] : GraphHeldBytes(buf, pass)) {
-    if (buffer->bytes() < bytes) return false;
-  }
-  return true;
 }
 
 absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
@@ -699,9 +694,21 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   bool on_graph_buffers = graphable && cuda_graphs_;
   EagerReason eager = out_rows != real_tokens && !all_rows ? EagerReason::kPartialLogits
                                                            : EagerReason::kUncapturable;
-  const bool padded = on_graph_buffers && pad_graph_shapes_;
   PassLayout pass = LayOutPass(b, real_tokens, out_rows, max_query, host_table, table_pitch,
-                               all_rows, padded, on_graph_buffers, ahead);
+                               all_rows, on_graph_buffers && pad_graph_shapes_, ahead);
+  {
+    PagedBatch full{}, ring{};
+    full.num_reqs = ring.num_reqs = pass.shape.requests;
+    full.total_q = ring.total_q = pass.shape.tokens;
+    full.max_query_len = ring.max_query_len = max_query;
+    full.max_kv_len = ring.max_kv_len = kv_bound;
+    for (const DeviceLayer& layer : layers_) {
+      pass.attn_workspace = std::max(
+          pass.attn_workspace, layer.sliding
+                                   ? PagedAttentionWorkspaceBytes(ring, ring_layout, attn_sliding)
+                                   : PagedAttentionWorkspaceBytes(full, full_layout, attn_full));
+    }
+  }
   // The graphs captured ahead hold the graph buffers at the sizes their
   // shapes need. A pass that needs more (a draft catching up on many
   // tokens, a batch above the captured ones) runs eagerly on the eager
@@ -710,28 +717,14 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // every rank launches the same shape: the decision reads only state the
   // ranks share (the buffers' sizes follow the same passes everywhere, and
   // captured_ahead_ does not depend on which captures succeeded).
-  const auto attention_workspace = [&](const PassLayout& l) {
-    PagedBatch full{}, ring{};
-    full.num_reqs = ring.num_reqs = l.shape.requests;
-    full.total_q = ring.total_q = l.shape.tokens;
-    full.max_query_len = ring.max_query_len = max_query;
-    full.max_kv_len = ring.max_kv_len = kv_bound;
-    size_t bytes = 0;
-    for (const DeviceLayer& layer : layers_) {
-      bytes = std::max(bytes, layer.sliding
-                                  ? PagedAttentionWorkspaceBytes(ring, ring_layout, attn_sliding)
-                                  : PagedAttentionWorkspaceBytes(full, full_layout, attn_full));
+  if (on_graph_buffers && ahead == nullptr && captured_ahead_) {
+    const auto held = GraphHeldBytes(graph_buffers_, pass, /*graph_floors=*/true);
+    if (std::any_of(held.begin(), held.end(),
+                    [](const auto& need) { return need.first->bytes() < need.second; })) {
+      on_graph_buffers = false;
+      graphable = false;
+      eager = EagerReason::kOutgrewGraphBuffers;
     }
-    return bytes;
-  };
-  pass.attn_workspace = attention_workspace(pass);
-  if (on_graph_buffers && ahead == nullptr && captured_ahead_ && !Fits(graph_buffers_, pass)) {
-    on_graph_buffers = false;
-    graphable = false;
-    eager = EagerReason::kOutgrewGraphBuffers;
-    pass = LayOutPass(b, real_tokens, out_rows, max_query, host_table, table_pitch, all_rows,
-                      padded, /*graph_floors=*/false, ahead);
-    pass.attn_workspace = attention_workspace(pass);
   }
   StepBuffers& buf = on_graph_buffers ? graph_buffers_ : eager_buffers_;
   const LaunchShape& shape = pass.shape;
@@ -758,7 +751,10 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   VERDICT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(meta_uploaded_));
   // The host copy is uploaded outside the graphs, so it may move freely.
   if (absl::Status s = host_meta_.Reserve(host_total * sizeof(int32_t)); !s.ok()) return s;
-  if (absl::Status s = buf.meta.Reserve(pass.meta_bytes, &moved); !s.ok()) return s;
+  // The metadata, the activations and the attention's workspace.
+  for (const auto& [buffer, bytes] : GraphHeldBytes(buf, pass, on_graph_buffers)) {
+    if (absl::Status s = buffer->Reserve(bytes, &moved); !s.ok()) return s;
+  }
   int32_t* h = host_meta_.as<int32_t>();
   {
     int row = 0;
@@ -815,16 +811,13 @@ absl::Status CudaLlamaModel::RunPass(const ForwardBatch& batch,
   // ---- Activations. ----
   const size_t T = static_cast<size_t>(t);
   const size_t local_elems = static_cast<size_t>(gather_rows) * sh.vocab_shard;
-  // (The attention's workspace among them.)
-  for (const auto& [buffer, bytes] : GraphHeldBytes(buf, pass)) {
-    if (absl::Status s = buffer->Reserve(bytes, &moved); !s.ok()) return s;
-  }
   // Read only outside the graphs, so their growth keeps the graphs: the
   // rows a pass picks out (only passes that never replay: a graph pass
   // computes every row's logits), and, grown here before the step's
   // collectives are queued (cudaFree waits for the whole device, without
   // the NCCL timeout), the logits' all-gather.
-  const size_t gathered_rows = std::max<size_t>(gather_rows, pass.floor_rows);
+  const size_t gathered_rows =
+      std::max<size_t>(gather_rows, on_graph_buffers ? GraphFloorRows() : 0);
   for (absl::Status s :
        {buf.selected.Reserve(head_rows != t ? static_cast<size_t>(out_rows) * sh.hidden * 2 : 0),
         buf.gathered.Reserve(tp_.size > 1 ? gathered_rows * sh.vocab_shard * tp_.size * 4 : 0),
