@@ -294,6 +294,27 @@ class HttpServerTest : public ::testing::Test {
     EXPECT_TRUE(Healthy());
   }
 
+  // Sends a completion's head, then its body one byte every 100 ms, on `c`
+  // (the server's body timeout 600 ms): each read is quick, the body as a
+  // whole is not. Expects the 408 with a JSON error within seconds, nothing
+  // more submitted than `submitted_before`, and the server still healthy.
+  void ExpectDrippedBodyCutOff(HttpConnection& c, size_t submitted_before) {
+    const std::string body = CompletionBody(2);
+    ASSERT_TRUE(c.Send(absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ",
+                                    body.size(), "\r\n\r\n")));
+    const absl::Time start = absl::Now();
+    for (size_t i = 0; i < 12 && i < body.size(); ++i) {
+      c.Send(body.substr(i, 1));
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    HttpResponse r = c.ReadResponse();
+    EXPECT_EQ(r.status, 408) << r.body;
+    EXPECT_TRUE(JsonOf(r)["error"]["message"].is_string()) << r.body;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+    EXPECT_EQ(service_.submitted().size(), submitted_before);
+    EXPECT_TRUE(Healthy());
+  }
+
   // A service configured by the test itself. Members are declared before
   // server_ so that the server stops before any service goes away.
   template <typename Service, typename... Args>
@@ -566,23 +587,9 @@ TEST_F(HttpServerTest, ADrippedBodyIsCutOffAtTheBodyTimeout) {
   HttpServerOptions options;
   options.body_timeout = absl::Milliseconds(600);
   StartServer(service_, options);
-  const std::string body = CompletionBody(2);
   HttpConnection c(port_);
   ASSERT_TRUE(c.connected());
-  ASSERT_TRUE(c.Send(absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ",
-                                  body.size(), "\r\n\r\n")));
-  // One byte every 100 ms: each read is quick, the body as a whole is not.
-  const absl::Time start = absl::Now();
-  for (size_t i = 0; i < 12 && i < body.size(); ++i) {
-    c.Send(body.substr(i, 1));
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  HttpResponse r = c.ReadResponse();
-  EXPECT_EQ(r.status, 408) << r.body;
-  EXPECT_TRUE(JsonOf(r)["error"]["message"].is_string()) << r.body;
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  EXPECT_TRUE(service_.submitted().empty());
-  EXPECT_TRUE(Healthy());
+  ExpectDrippedBodyCutOff(c, 0);
 }
 
 TEST_F(HttpServerTest, ADrippedHeadIsCutOffAtTheHeadTimeout) {
@@ -647,20 +654,7 @@ TEST_F(HttpServerTest, ADrippedBodyOnAKeptAliveConnectionIsCutOffToo) {
   HttpConnection c(port_);
   ASSERT_TRUE(c.SendRequest("POST", "/v1/completions", CompletionBody(1)));
   ASSERT_EQ(c.ReadResponse().status, 200);
-  const std::string body = CompletionBody(2);
-  ASSERT_TRUE(c.Send(absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ",
-                                  body.size(), "\r\n\r\n")));
-  const absl::Time start = absl::Now();
-  for (size_t i = 0; i < 12 && i < body.size(); ++i) {
-    c.Send(body.substr(i, 1));
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  HttpResponse r = c.ReadResponse();
-  EXPECT_EQ(r.status, 408) << r.body;
-  EXPECT_TRUE(JsonOf(r)["error"]["message"].is_string()) << r.body;
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  EXPECT_EQ(service_.submitted().size(), 1u);
-  EXPECT_TRUE(Healthy());
+  ExpectDrippedBodyCutOff(c, 1);
 }
 
 // A connection from `from` that has had one probe answered and stays
