@@ -37,6 +37,11 @@ ABSL_FLAG(std::string, overlap, "off",
           "on: overlap scheduling, the CPU plans step N+1 (from confidences one or two steps "
           "old) while a worker thread runs step N; off: one step at a time, planned from its "
           "fresh drafts");
+ABSL_FLAG(std::string, prefill, "in-step",
+          "in-step: a joining prompt is read in its first step's own passes (the target's "
+          "verify forward, the draft's first pass once the request drafts), so a join costs no "
+          "extra read of the weights; separate: each model reads the joining prompts in a "
+          "prefill pass of its own before the step");
 ABSL_FLAG(int, max_running_requests, 64, "requests decoded together at most");
 ABSL_FLAG(int, max_waiting_requests, 1024, "requests queued beyond the running ones at most");
 ABSL_FLAG(int, speculation_max_batch, 0,
@@ -214,6 +219,9 @@ absl::StatusOr<EngineRuntime> StartEngineFromFlags(
   absl::StatusOr<bool> overlap = IsFirstChoice("overlap", FLAGS_overlap, "on", "off");
   if (!overlap.ok()) return overlap.status();
   options.overlap = *overlap;
+  absl::StatusOr<bool> in_step = IsFirstChoice("prefill", FLAGS_prefill, "in-step", "separate");
+  if (!in_step.ok()) return in_step.status();
+  options.fused_prefill = *in_step;
   options.max_running_requests = absl::GetFlag(FLAGS_max_running_requests);
   options.speculation_max_batch = absl::GetFlag(FLAGS_speculation_max_batch);
   options.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);

@@ -388,6 +388,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   executor.vocab_size = tc.vocab_size;
   executor.sampler.penalty = options.draft_prob_penalty;
   executor.sampler.simulated_acceptance = static_cast<float>(options.simulate_acceptance);
+  executor.fused_prefill = options.fused_prefill;
   if (options.backend == ModelBackend::kCuda) {
     // The models have selected the rank's GPU on this thread.
     absl::StatusOr<std::unique_ptr<DeviceSampling>> sampling =

@@ -148,6 +148,9 @@ struct EngineOptions {
   // step N (see the top of this file). Off by default: every plan then uses
   // the fresh drafts' confidences, and steps run one at a time.
   bool overlap = false;
+  // Where joining prompts are read (StepExecutor::Options::fused_prefill):
+  // true, in the step's own passes; false, in prefill passes of their own.
+  bool fused_prefill = true;
   ModelBackend backend = ModelBackend::kCpu;
   bool cuda_graphs = true;  // CUDA backend: replay repeated step shapes from graphs
   // CUDA backend: pad steps to repeating launch shapes first

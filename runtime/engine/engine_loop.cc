@@ -144,11 +144,14 @@ void Engine::Admit() {
   }
   if (admitted.empty()) return;
   // While the batch decodes without drafts (above --speculation-max-batch,
-  // or the last draft plan drafted nobody), a request joining it skips the
-  // draft's prefill: a request that never drafts never pays for it, and
-  // one that drafts later catches up on its prompt in that step's first
-  // pass, which the draft planner prices as catch-up tokens. The decision
-  // reads state every rank shares (the batch size, the checked draft plan).
+  // or the last draft plan drafted nobody), a request joining it has its
+  // prompt priced as catch-up tokens: the draft reads it in the first pass
+  // of the request's first drafting step, which the draft planner prices,
+  // so a request that never drafts never pays for it (with --prefill
+  // separate it also skips the draft's prefill pass). Otherwise the prompt
+  // is a prefill, which the planner does not price: the batch drafts, and
+  // so will the request. The decision reads state every rank shares (the
+  // batch size, the checked draft plan).
   const bool plain_batch =
       !DraftsAtBatch(static_cast<int>(running_.size())) ||
       (draft_plan_.reason == DraftReason::kPlanned && !draft_plan_.depths.empty() &&

@@ -127,9 +127,9 @@ INSTANTIATE_TEST_SUITE_P(Modes, GreedyEquivalenceTest,
 // --speculation-max-batch: steps of more requests draft nothing; once the
 // batch shrinks to the limit the draft catches up on the tokens it missed
 // (its first pass takes them all, the prompt too: a request joining a batch
-// above the limit skips the draft's prefill) and drafting resumes, with the
-// target's greedy tokens throughout. Half the requests stop early, so the batch goes
-// from 16 to 8.
+// above the limit skips the draft's prefill pass, which --prefill separate
+// runs for the others) and drafting resumes, with the target's greedy tokens
+// throughout. Half the requests stop early, so the batch goes from 16 to 8.
 class SpeculationMaxBatchTest : public EngineTest,
                                 public ::testing::WithParamInterface<std::tuple<VerifyMode, bool>> {
 };
@@ -145,6 +145,7 @@ TEST_P(SpeculationMaxBatchTest, LargeBatchesDecodeWithoutDraftsAndLoseNothing) {
     options.verify_mode = std::get<0>(GetParam());
     options.overlap = std::get<1>(GetParam());
     options.speculation_max_batch = limit;
+    options.fused_prefill = false;
     std::unique_ptr<Engine> engine = MakeEngine(&comm, options);
     EXPECT_NE(engine, nullptr);
     if (engine == nullptr) return 0.0;
@@ -469,11 +470,18 @@ TEST_F(EngineTest, MinPOneSamplesTheGreedyTokens) {
   }
 }
 
+// Same seed, same sampled tokens: run after run, with the prompts read in
+// the step's own passes or in prefill passes of their own (--prefill), with
+// overlap on or off.
 TEST_F(EngineTest, SameSeedSameSampledOutput) {
   LocalCommunicator comm;
   std::vector<std::vector<int32_t>> runs;
-  for (int run = 0; run < 2; ++run) {
-    std::unique_ptr<Engine> engine = MakeEngine(&comm, EngineOptions());
+  constexpr int kRuns = 4;
+  for (int run = 0; run < kRuns; ++run) {
+    EngineOptions options;
+    options.fused_prefill = run != 2;
+    options.overlap = run == 3;
+    std::unique_ptr<Engine> engine = MakeEngine(&comm, options);
     ASSERT_NE(engine, nullptr);
     EngineHarness harness(engine.get());
     std::vector<GenerationRequest> requests;
@@ -485,7 +493,9 @@ TEST_F(EngineTest, SameSeedSameSampledOutput) {
       runs.push_back(out.token_ids);
     }
   }
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(runs[i], runs[4 + i]) << i;
+  for (int run = 1; run < kRuns; ++run) {
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(runs[i], runs[4 * run + i]) << "run " << run << ", " << i;
+  }
   EXPECT_NE(runs[0], runs[1]);
 }
 

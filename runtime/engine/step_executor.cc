@@ -34,6 +34,7 @@ absl::Status StepExecutor::Admit(const std::vector<ExecutorRequest>& requests) {
     if (requests_.count(r.id)) {
       return absl::InternalError(absl::StrCat("request ", r.id, " is already on the device"));
     }
+    if (options_.fused_prefill) continue;
     const int prompt_len = static_cast<int>(r.prompt_token_ids.size());
     if (prompt_len < 2) continue;
     ForwardRequest fr;
@@ -62,7 +63,8 @@ absl::Status StepExecutor::Admit(const std::vector<ExecutorRequest>& requests) {
     DeviceRequest& d = requests_[r.id];
     d.request = r;
     d.tokens = r.prompt_token_ids;
-    d.target_valid = static_cast<int64_t>(d.tokens.size()) - 1;
+    // Fused: nothing read yet; the step's passes catch both models up.
+    d.target_valid = options_.fused_prefill ? 0 : static_cast<int64_t>(d.tokens.size()) - 1;
     d.draft_valid = r.prefill_draft ? d.target_valid : 0;
   }
   return absl::OkStatus();
@@ -263,7 +265,8 @@ absl::Status StepExecutor::Verify(const StepJob& job, StepOutcome* outcome) {
   // The target verifies: the full block of every drafting request, or in a
   // packed step (StepJob::packed: compact mode, below the full block) only
   // the planned rows.
-  std::vector<int32_t> ftp(b), seqlen(b), sampler_cutoff(b), top_ks(b), stop_offsets(b + 1, 0);
+  std::vector<int32_t> ftp(b), seqlen(b), catch_up(b), sampler_cutoff(b), top_ks(b),
+      stop_offsets(b + 1, 0);
   std::vector<int64_t> positions(b);
   std::vector<float> temperatures(b), top_ps(b), min_ps(b);
   std::vector<uint64_t> seeds(b);
@@ -292,6 +295,12 @@ absl::Status StepExecutor::Verify(const StepJob& job, StepOutcome* outcome) {
     ftp[i] = total_q;
     seqlen[i] = rows;
     total_q += rows;
+    // A prompt the target has not read (fused_prefill) goes ahead of the
+    // verify rows, in the same forward: logits for the verify rows only.
+    catch_up[i] = static_cast<int32_t>(last - r.target_valid);
+    prefill_tokens_ += catch_up[i];
+    verify_tokens.insert(verify_tokens.end(), r.tokens.begin() + r.target_valid,
+                         r.tokens.begin() + last);
     sampler_cutoff[i] = verify_len - 1;
     positions[i] = last;
     temperatures[i] = p.temperature;
@@ -319,11 +328,11 @@ absl::Status StepExecutor::Verify(const StepJob& job, StepOutcome* outcome) {
   for (int i = 0; i < b; ++i) {
     ForwardRequest fr;
     fr.kv_handle = batch_[i]->request.target_kv;
-    fr.start_position = positions[i];
-    fr.token_ids = absl::MakeConstSpan(verify_tokens.data() + offset, seqlen[i]);
+    fr.start_position = positions[i] - catch_up[i];
+    fr.token_ids = absl::MakeConstSpan(verify_tokens.data() + offset, catch_up[i] + seqlen[i]);
     fr.num_logits = seqlen[i];
     fb.requests.push_back(fr);
-    offset += seqlen[i];
+    offset += catch_up[i] + seqlen[i];
   }
   DeviceSampling* device = options_.device_sampling;
   std::vector<float> host_logits;

@@ -59,9 +59,11 @@ struct ExecutorRequest {
   int target_kv = -1;
   int draft_kv = -1;    // -1 when the request does not speculate
   bool speculative = false;
-  // Whether Admit prefills the draft too. Without, the draft has seen no
-  // token of the request, and its first drafting step's first pass catches
-  // up on all of them.
+  // Whether the draft reads the prompt as a prefill (which the draft
+  // planner does not price) rather than as catch-up tokens of its first
+  // drafting step (which it prices). Without, the draft has seen no token of
+  // the request, and its first drafting step's first pass catches up on all
+  // of them.
   bool prefill_draft = true;
   int max_draft_tokens = -1;  // < 0: gamma
   int max_tokens = 1;
@@ -124,7 +126,10 @@ struct StepOutcome {
   // The prefills of the requests admitted since the previous outcome (in
   // this job under overlap, else by Admit calls before it): their prompt
   // tokens and the wall time of the target's and the draft's prefill
-  // forwards, which the draft and verify times leave out.
+  // forwards, which the draft and verify times leave out. Under
+  // fused_prefill the target's prompt tokens are counted in the step whose
+  // verify forward reads them, and their time is in verify_nanoseconds (the
+  // prefill times stay 0; the draft's catch-up is in draft_nanoseconds).
   int64_t prefill_tokens = 0;
   int64_t target_prefill_nanoseconds = 0;
   int64_t draft_prefill_nanoseconds = 0;
@@ -140,6 +145,13 @@ class StepExecutor {
     // device and both samplers run there. Null: the CPU samplers, on host
     // logits.
     DeviceSampling* device_sampling = nullptr;
+    // Where a joining prompt is read. True: in the step's own passes (the
+    // target's verify forward reads the prompt ahead of the request's first
+    // verify rows, the draft's first pass with its catch-up), so a join
+    // costs no extra read of either model's weights, and the draft reads a
+    // prompt only once the request drafts. False: Admit runs a prefill
+    // forward of each model (of the target alone without prefill_draft).
+    bool fused_prefill = true;
   };
 
   // `draft` may be null (no speculation). `model_comm`, if given, is the
@@ -151,7 +163,8 @@ class StepExecutor {
 
   // ---- On the caller's thread (no worker running).
 
-  // Registers and prefills `requests`; on an error registers none of them.
+  // Registers `requests`, and prefills them unless fused_prefill; on an
+  // error registers none of them.
   absl::Status Admit(const std::vector<ExecutorRequest>& requests);
   // Drops the released requests, fixes the batch from the device state and
   // proposes the drafts: fills drafted, stop_skipped and signals.

@@ -25,6 +25,7 @@ class CountingModel : public ModelRunner {
     int64_t row = 0;
     for (const ForwardRequest& r : batch.requests) {
       start_positions.push_back(r.start_position);
+      token_counts.push_back(static_cast<int64_t>(r.token_ids.size()));
       const int n = static_cast<int>(r.token_ids.size());
       for (int k = n - r.logit_rows(); k < n; ++k, ++row) {
         float* z = logits + row * kVocab;
@@ -35,6 +36,7 @@ class CountingModel : public ModelRunner {
     return absl::OkStatus();
   }
   std::vector<int64_t> start_positions;  // of every request of every call
+  std::vector<int64_t> token_counts;     // likewise
 
  private:
   ModelConfig config_;
@@ -68,11 +70,14 @@ std::vector<int32_t> Tokens(const StepOutcome& out, int i) {
 
 class StepExecutorTest : public ::testing::Test {
  protected:
-  StepExecutor::Options Options() const {
+  // Prompts read by prefill passes of their own, whose positions the tests
+  // below check; the in-step tests pass true.
+  StepExecutor::Options Options(bool fused_prefill = false) const {
     StepExecutor::Options options;
     options.gamma = kGamma;
     options.vocab_size = kVocab;
     options.sampler.nextn = kGamma;
+    options.fused_prefill = fused_prefill;
     return options;
   }
   CountingModel target_, draft_;
@@ -154,6 +159,61 @@ TEST_F(StepExecutorTest, ADraftAdmittedWithoutPrefillCatchesUpOnThePrompt) {
   EXPECT_THAT(draft_.start_positions, ElementsAre(0, 3, 4));
   EXPECT_THAT(out.drafted, ElementsAre(1));
   EXPECT_THAT(Tokens(out, 0), ElementsAre(4, 5, 6, 7));
+}
+
+// In-step prefill: Admit runs no forward; the first step's verify forward
+// reads each prompt (but its last token) ahead of the request's verify rows,
+// with logits for those rows only, and the draft's first pass reads it as
+// catch-up once the request drafts. The tokens are those of the separate
+// prefill passes, step after step.
+TEST_F(StepExecutorTest, InStepPrefillReadsThePromptInTheStepsOwnPasses) {
+  CountingModel separate_target, separate_draft;
+  StepExecutor separate(Options(false), &separate_target, &separate_draft, nullptr);
+  StepExecutor in_step(Options(true), &target_, &draft_, nullptr);
+  const std::vector<ExecutorRequest> joining = {Greedy(1, {1, 2, 3}, 20), Greedy(2, {4}, 20),
+                                                Greedy(3, {6, 7, 0, 1}, 20)};
+  ASSERT_TRUE(separate.Admit(joining).ok());
+  ASSERT_TRUE(in_step.Admit(joining).ok());
+  EXPECT_TRUE(target_.start_positions.empty());
+  EXPECT_TRUE(draft_.start_positions.empty());
+
+  // Step 1: request 2 does not draft; 1 and 3 draft one token.
+  StepJob job = Job(1, {1, 2, 3}, {2, 1, 2});
+  job.draft_depths = {1, 0, 1};
+  StepOutcome a, b;
+  ASSERT_TRUE(separate.ProposeDrafts(job, &a).ok());
+  ASSERT_TRUE(separate.Verify(job, &a).ok());
+  ASSERT_TRUE(in_step.ProposeDrafts(job, &b).ok());
+  ASSERT_TRUE(in_step.Verify(job, &b).ok());
+  // The draft's one pass: requests 1 and 3, each its whole prompt from
+  // position 0.
+  EXPECT_THAT(draft_.start_positions, ElementsAre(0, 0));
+  EXPECT_THAT(draft_.token_counts, ElementsAre(3, 4));
+  // The verify: each request from position 0, prompt then rows.
+  EXPECT_THAT(target_.start_positions, ElementsAre(0, 0, 0));
+  EXPECT_THAT(target_.token_counts, ElementsAre(2 + 2, 0 + 1, 3 + 2));
+  EXPECT_EQ(b.verify_tokens, 2 + 1 + 2);
+  EXPECT_EQ(b.prefill_tokens, 2 + 0 + 3);
+  EXPECT_EQ(a.prefill_tokens, b.prefill_tokens);
+  EXPECT_EQ(b.target_prefill_nanoseconds, 0);
+  EXPECT_EQ(b.draft_prefill_nanoseconds, 0);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.token_offsets, b.token_offsets);
+
+  // Step 2: request 2 drafts for the first time and catches up on its
+  // whole context (prompt and first token); nothing is a prefill any more.
+  target_.start_positions.clear();
+  draft_.start_positions.clear();
+  job = Job(2, {1, 2, 3}, {kGamma + 1, kGamma + 1, kGamma + 1});
+  ASSERT_TRUE(separate.ProposeDrafts(job, &a).ok());
+  ASSERT_TRUE(separate.Verify(job, &a).ok());
+  ASSERT_TRUE(in_step.ProposeDrafts(job, &b).ok());
+  ASSERT_TRUE(in_step.Verify(job, &b).ok());
+  EXPECT_EQ(b.prefill_tokens, 0);
+  EXPECT_THAT(target_.start_positions, ElementsAre(4, 1, 5));
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.token_offsets, b.token_offsets);
+  EXPECT_EQ(a.accepted, b.accepted);
 }
 
 // The plan may come from a CPU a step behind: the device caps it at the
