@@ -2,8 +2,10 @@
 // tensor-parallel rank (seeds 000, 001, 002; docs: architecture.md).
 //
 // Each iteration, rank 0 broadcasts a StepControl (arrived and cancelled
-// requests), every rank admits the same requests by KV capacity, prefills
-// them, and runs one decode step over the running batch:
+// requests), every rank admits the same requests by KV capacity, and runs
+// one decode step over the running batch (a joining prompt is read by that
+// step's verify forward, and by the draft's first pass once the request
+// drafts; --prefill separate reads it in prefill passes before the step):
 //   the draft planner picks each request's draft depth (0 to gamma) from its
 //   latest drafts' confidences and the cost table's draft split
 //   -> the draft model runs max(depth) passes, each over the requests that
@@ -217,7 +219,8 @@ struct StepTiming {
   double draft_seconds = 0;   // the draft passes and their sampler, this rank's clock
   double verify_seconds = 0;  // target forward and sampler, this rank's clock
   // The prefills of the requests admitted since the previous step: their
-  // prompt tokens and the wall time of each model's prefill forward.
+  // prompt tokens and the wall time of each model's prefill forward (0
+  // under fused_prefill, where the verify and draft times hold them).
   int64_t prefill_tokens = 0;
   double target_prefill_seconds = 0;
   double draft_prefill_seconds = 0;
