@@ -59,11 +59,11 @@ struct ExecutorRequest {
   int target_kv = -1;
   int draft_kv = -1;    // -1 when the request does not speculate
   bool speculative = false;
-  // Whether the draft reads the prompt as a prefill (which the draft
-  // planner does not price) rather than as catch-up tokens of its first
-  // drafting step (which it prices). Without, the draft has seen no token of
-  // the request, and its first drafting step's first pass catches up on all
-  // of them.
+  // Whether Admit prefills the draft too (Options::fused_prefill false).
+  // Without, the draft has seen no token of the request, and its first
+  // drafting step's first pass catches up on all of them; under
+  // fused_prefill that is so for every request, and the flag only tells
+  // whether the engine priced the prompt as catch-up (Engine::Admit).
   bool prefill_draft = true;
   int max_draft_tokens = -1;  // < 0: gamma
   int max_tokens = 1;
