@@ -41,8 +41,10 @@ CostTable OnePassTable(const std::vector<double>& pass, int passes, double verif
   return table;
 }
 
+// Expected committed tokens per predicted second of a plan whose verify
+// also reads `prefill_rows` prompt rows.
 double Objective(const CostTable& table, const std::vector<double>& confidences, int gamma,
-                 const std::vector<int32_t>& depths) {
+                 const std::vector<int32_t>& depths, int64_t prefill_rows = 0) {
   const double b = static_cast<double>(depths.size());
   double gain = b;
   int64_t total = 0;
@@ -59,20 +61,54 @@ double Objective(const CostTable& table, const std::vector<double>& confidences,
   std::vector<int64_t> rows;
   DraftRowsPerPass(depths, &rows);
   EXPECT_EQ(static_cast<int>(rows.size()), passes);
-  return gain / table.PredictStepAt(b, b + static_cast<double>(total), rows);
+  return gain / table.PredictStepAt(b, b + static_cast<double>(total + prefill_rows), rows);
 }
 
 // The best objective over every depth vector within the caps.
 double BruteForce(const CostTable& table, const std::vector<double>& confidences, int gamma,
-                  const std::vector<int32_t>& caps) {
+                  const std::vector<int32_t>& caps, int64_t prefill_rows) {
   std::vector<int32_t> depths(caps.size(), 0);
   double best = -1;
   while (true) {
-    best = std::max(best, Objective(table, confidences, gamma, depths));
+    best = std::max(best, Objective(table, confidences, gamma, depths, prefill_rows));
     size_t i = 0;
     while (i < depths.size() && depths[i] == caps[i]) depths[i++] = 0;
     if (i == depths.size()) break;
     ++depths[i];
+  }
+  return best;
+}
+
+// The best of the plans that draft the surest tokens, as the planner
+// defines them: for each limit P on the depth and each k, the top k drafts
+// of positions below P (survival descending, then position, then request).
+double BestOfSurestPlans(const CostTable& table, const std::vector<double>& confidences,
+                         int gamma, const std::vector<int32_t>& caps, int64_t prefill_rows) {
+  struct Draft {
+    double survival;
+    int position, request;
+  };
+  const int batch = static_cast<int>(caps.size());
+  double best = Objective(table, confidences, gamma, std::vector<int32_t>(batch, 0), prefill_rows);
+  for (int limit = 1; limit <= gamma; ++limit) {
+    std::vector<Draft> drafts;
+    for (int i = 0; i < batch; ++i) {
+      double survival = 1;
+      for (int j = 0; j < std::min(limit, static_cast<int>(caps[i])); ++j) {
+        survival *= confidences[i * gamma + j];
+        drafts.push_back({survival, j, i});
+      }
+    }
+    std::sort(drafts.begin(), drafts.end(), [](const Draft& a, const Draft& b) {
+      if (a.survival != b.survival) return a.survival > b.survival;
+      if (a.position != b.position) return a.position < b.position;
+      return a.request < b.request;
+    });
+    std::vector<int32_t> depths(batch, 0);
+    for (const Draft& d : drafts) {
+      depths[d.request] = std::max(depths[d.request], d.position + 1);
+      best = std::max(best, Objective(table, confidences, gamma, depths, prefill_rows));
+    }
   }
   return best;
 }
@@ -85,16 +121,21 @@ TEST(DraftPlannerTest, MatchesBruteForceOverDepths) {
     const int gamma = 1 + static_cast<int>(rng() % 4);
     const int batch = 1 + static_cast<int>(rng() % 5);
     // A pass's price affine in its rows (a fixed part and one per row), so
-    // that the top-k plans hold the optimum and the brute force must match.
+    // that with every pass priced alike the top-k plans hold the optimum and
+    // the brute force must match.
     const double fixed = 0.0005 + 0.01 * unit(rng);
     const double per_row = 0.002 * unit(rng);
     std::vector<double> pass;
     for (double rows : {1.0, 2.0, 4.0, 8.0}) pass.push_back(fixed + per_row * rows);
     // Half the cases price the first pass apart (a one-pass phase between
-    // one mean pass and all of them).
+    // one mean pass and all of them): its price per row then differs from
+    // the later passes', so a plan's price depends on how many requests
+    // draft, not only on its drafts and depth, and the planner's plan is the
+    // best of the surest-token plans, which the brute force may beat.
     const int passes = 1 + static_cast<int>(rng() % 5);
     const double slope = 0.002 * unit(rng);
-    const CostTable table = passes > 1 && trial % 2 == 1
+    const bool first_pass_apart = passes > 1 && trial % 2 == 1;
+    const CostTable table = first_pass_apart
                                 ? OnePassTable(pass, passes, slope,
                                                (1.0 + (passes - 1) * unit(rng)) / passes)
                                 : SplitTable(pass, passes, slope);
@@ -108,10 +149,12 @@ TEST(DraftPlannerTest, MatchesBruteForceOverDepths) {
       if (rng() % 8 == 0) flags[i] = kSpeculationDisabled;
       caps[i] = flags[i] != 0 ? 0 : std::min(gamma, max_lens[i] - 1);
     }
+    // A third of the steps carry joining prompts, which every plan pays.
+    const int64_t prefill = trial % 3 == 2 ? 1 + static_cast<int64_t>(rng() % 80) : 0;
     DraftPlanner planner = *DraftPlanner::Create({.gamma = gamma, .min_survival = 1e-12}, table);
     DraftPlan plan;
     ASSERT_TRUE(planner.Plan({.confidences = confidences, .max_verify_lens = max_lens,
-                              .flags = flags},
+                              .flags = flags, .prefill_rows = prefill},
                              &plan)
                     .ok());
     ASSERT_EQ(plan.reason, DraftReason::kPlanned);
@@ -120,9 +163,13 @@ TEST(DraftPlannerTest, MatchesBruteForceOverDepths) {
       ASSERT_GE(plan.depths[i], 0);
       ASSERT_LE(plan.depths[i], caps[i]) << "trial " << trial << " request " << i;
     }
-    const double got = Objective(table, confidences, gamma, plan.depths);
-    const double want = BruteForce(table, confidences, gamma, caps);
-    ASSERT_GE(got, want * (1 - 1e-12)) << "trial " << trial;
+    const double got = Objective(table, confidences, gamma, plan.depths, prefill);
+    ASSERT_NEAR(got, BestOfSurestPlans(table, confidences, gamma, caps, prefill), got * 1e-12)
+        << "trial " << trial;
+    if (!first_pass_apart) {
+      const double want = BruteForce(table, confidences, gamma, caps, prefill);
+      ASSERT_GE(got, want * (1 - 1e-12)) << "trial " << trial;
+    }
     EXPECT_NEAR(plan.predicted_committed_tokens / plan.predicted_step_seconds, got, got * 1e-12);
     EXPECT_EQ(plan.passes, *std::max_element(plan.depths.begin(), plan.depths.end()));
     if (plan.passes == 0) ++planned_none;
@@ -347,6 +394,37 @@ TEST(DraftPlannerTest, ARequestFarBehindDraftsOnlyWhenItsDraftsPayForItsCatchUp)
   EXPECT_NE(DraftPlanHash(plan), DraftPlanHash(even));
 }
 
+// Prompts the step's verify reads (in-step prefill) are paid by every plan:
+// drafts that do not pay for a decode step's price pay for themselves in a
+// step whose verify already reads a hundred prompt rows, and the plan's
+// price has those rows.
+TEST(DraftPlannerTest, PromptRowsInTheVerifyAreInEveryPlansPrice) {
+  const CostTable table = SplitTable({0.008, 0.008, 0.008, 0.008}, 1, 0.0005);
+  DraftPlanner planner = *DraftPlanner::Create({.gamma = 1}, table);
+  const std::vector<double> confidences = {0.5, 0.5};
+  const std::vector<int32_t> max_lens = {2, 2};
+
+  DraftPlan decode;
+  ASSERT_TRUE(
+      planner.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &decode).ok());
+  EXPECT_EQ(decode.passes, 0);
+  EXPECT_DOUBLE_EQ(decode.predicted_step_seconds, table.PredictStep(2, 2, 0));
+
+  DraftPlan joining;
+  ASSERT_TRUE(planner
+                  .Plan({.confidences = confidences, .max_verify_lens = max_lens,
+                         .prefill_rows = 100},
+                        &joining)
+                  .ok());
+  EXPECT_EQ(joining.depths, (std::vector<int32_t>{1, 1}));
+  std::vector<int64_t> rows;
+  DraftRowsPerPass(joining.depths, &rows);
+  EXPECT_DOUBLE_EQ(joining.predicted_step_seconds, table.PredictStepAt(2, 2 + 2 + 100, rows));
+  // Plain decode would have been the worse plan with those rows too.
+  EXPECT_LT(2.0 / table.PredictStep(2, 2 + 100, 0),
+            joining.predicted_committed_tokens / joining.predicted_step_seconds);
+}
+
 TEST(DraftPlannerTest, RefusesMalformedInput) {
   DraftPlanner planner = *DraftPlanner::Create({.gamma = 2}, std::nullopt);
   DraftPlan plan;
@@ -369,6 +447,14 @@ TEST(DraftPlannerTest, RefusesMalformedInput) {
   EXPECT_FALSE(planner
                    .Plan({.confidences = four, .max_verify_lens = two,
                           .catch_up_tokens = negative},
+                         &plan)
+                   .ok());
+  EXPECT_FALSE(planner
+                   .Plan({.confidences = four, .max_verify_lens = two, .prefill_rows = -1}, &plan)
+                   .ok());
+  EXPECT_FALSE(planner
+                   .Plan({.confidences = four, .max_verify_lens = two,
+                          .prefill_rows = kMaxPrefillRows + 1},
                          &plan)
                    .ok());
   EXPECT_FALSE(DraftPlanner::Create({.gamma = 0}, std::nullopt).ok());

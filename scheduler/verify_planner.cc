@@ -330,7 +330,8 @@ double VerifyPlanner::DraftPhaseNotRun(int64_t batch, absl::Span<const int32_t> 
 double VerifyPlanner::PredictStep(int64_t batch, int64_t verify_tokens) const {
   if (!cost_table_.has_value()) return std::numeric_limits<double>::quiet_NaN();
   const double v =
-      cost_table_->Predict(static_cast<double>(batch), static_cast<double>(verify_tokens)) -
+      cost_table_->Predict(static_cast<double>(batch),
+                           static_cast<double>(verify_tokens + prefill_rows_)) -
       draft_not_run_;
   return v > kMinStepSeconds ? v : kMinStepSeconds;
 }
@@ -344,8 +345,10 @@ void VerifyPlanner::SweepLaunchedRows(int64_t batch, const Priced& priced, int64
   constexpr uint32_t kRequestMask = (uint32_t{1} << kRequestBits) - 1;
   taken_.assign(static_cast<size_t>(batch), 0);
   int max_query = 1;
+  // The prompt rows ride on top of the launched verify rows.
+  const double prefill = static_cast<double>(prefill_rows_);
   int64_t launched = options_.launch_tokens(batch, batch, max_query);
-  double cost = priced(curve_.At(static_cast<double>(launched)));
+  double cost = priced(curve_.At(static_cast<double>(launched) + prefill));
   double best_cost = cost;  // k = 0
   launched_rows_ = launched;
   double tau = static_cast<double>(batch);
@@ -357,7 +360,7 @@ void VerifyPlanner::SweepLaunchedRows(int64_t batch, const Priced& priced, int64
     if (len > max_query || rows > launched) {
       max_query = std::max(max_query, len);
       launched = options_.launch_tokens(batch, rows, max_query);
-      cost = priced(curve_.At(static_cast<double>(launched)));
+      cost = priced(curve_.At(static_cast<double>(launched) + prefill));
     }
     tau += c.survival;
     if (tau * best_cost > *tau_star * cost) {
@@ -407,9 +410,15 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
     }
   }
 
+  if (input.prefill_rows < 0 || input.prefill_rows > kMaxPrefillRows) {
+    return absl::InvalidArgumentError(absl::StrCat("verify planner: ", input.prefill_rows,
+                                                   " prefill rows (0 to ", kMaxPrefillRows, ")"));
+  }
+
   plan->mode = options_.mode;
   plan->verify_lens.resize(batch);
   draft_passes_ = input.draft_passes;
+  prefill_rows_ = input.prefill_rows;
   draft_not_run_ = DraftPhaseNotRun(batch, input.draft_depths);
   if (batch == 0) {
     plan->reason = PlanReason::kEmptyBatch;
@@ -493,8 +502,9 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
       return absl::OkStatus();
     }
     cost_table_->CurveAt(static_cast<double>(batch), &curve_);
-    const double full_block = curve_.At(static_cast<double>(block_rows_));
-    const double shortest = curve_.At(static_cast<double>(batch));
+    const double prefill = static_cast<double>(prefill_rows_);
+    const double full_block = curve_.At(static_cast<double>(block_rows_) + prefill);
+    const double shortest = curve_.At(static_cast<double>(batch) + prefill);
     // Trimming cannot pay when even verifying no draft at all costs as much
     // as the full block (seeds/002_d567d7ab3f14fa00.txt, "Small batches").
     if (shortest >= full_block) {
@@ -540,8 +550,8 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
     if (options_.launch_tokens) {
       SweepLaunchedRows(batch, priced, &k_star, &tau_star);
     } else {
-      double best_cost = priced(curve_.At(static_cast<double>(batch)));  // k = 0
-      curve_.Sweep(static_cast<double>(batch + 1), num_candidates_,
+      double best_cost = priced(curve_.At(static_cast<double>(batch + prefill_rows_)));  // k = 0
+      curve_.Sweep(static_cast<double>(batch + prefill_rows_ + 1), num_candidates_,
                    [&](int64_t index, double raw) {
                      const int64_t k = index + 1;
                      const double cost = priced(raw);

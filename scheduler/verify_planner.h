@@ -94,6 +94,10 @@ struct PlannerOptions {
   std::function<int64_t(int64_t requests, int64_t tokens, int max_query)> launch_tokens;
 };
 
+// The most prefill rows a step may carry (PlannerInput::prefill_rows): the
+// cost table's own bound on a row count.
+inline constexpr int64_t kMaxPrefillRows = (int64_t{1} << 31) - 1;
+
 // One step's requests, index i = 0..B-1 (the batch order the engine uses).
 struct PlannerInput {
   // confidences[i * gamma + j]: confidence of draft j of request i, the chance
@@ -124,6 +128,13 @@ struct PlannerInput {
   // (CostTable::PredictStepAt). Negative: at the table's own passes
   // (CostTable::Predict).
   int draft_passes = -1;
+  // Target rows the step's verify forward reads ahead of its verify rows:
+  // the prompts of requests joining under in-step prefill
+  // (StepExecutor::Options::fused_prefill). Every budget pays them, so each
+  // is priced at its verify rows plus these (a prompt row costs about what a
+  // verify row does without its logits): a step that carries prompts is
+  // priced at what it runs, not as a decode step. At least 0.
+  int64_t prefill_rows = 0;
 };
 
 struct VerifyPlan {
@@ -182,7 +193,7 @@ class VerifyPlanner {
   // candidates are all (i, j) with j < cap_i - 1 and survival >= min_survival,
   // sorted by survival descending, then j ascending, then i ascending;
   // tau(k) = B + the top k survivals; k* = argmax over k = 0..K of
-  // tau(k) / cost(B, B + k), the first k on ties, over every k (the cost may
+  // tau(k) / cost(B, B + k + prefill_rows), the first k on ties, over every k (the cost may
   // be a staircase with several peaks); request i verifies 1 + its selected
   // candidates. Because survival never rises along a request's drafts, the
   // top k of this order is prefix-closed.
@@ -209,7 +220,8 @@ class VerifyPlanner {
   VerifyPlanner(PlannerOptions options, std::optional<CostTable> cost_table);
 
   void VerifyEverything(int64_t batch, PlanReason reason, VerifyPlan* plan);
-  // The step's cost at `verify_tokens` rows, NaN without a table.
+  // The step's cost at `verify_tokens` rows (and the step's prefill rows),
+  // NaN without a table.
   double PredictStep(int64_t batch, int64_t verify_tokens) const;
   // What the table's whole-step seconds at `batch` say beyond the step's own
   // draft phase (0 unless the input names its passes and the table has the
@@ -245,6 +257,7 @@ class VerifyPlanner {
   int32_t num_candidates_ = 0;
   int draft_passes_ = -1;      // this step's PlannerInput::draft_passes
   double draft_not_run_ = 0;   // DraftPhaseNotRun of this step
+  int64_t prefill_rows_ = 0;   // this step's PlannerInput::prefill_rows
   std::vector<int64_t> rows_per_pass_;
   int64_t block_rows_ = 0;     // this step's uniform layout
   int64_t block_drafts_ = 0;   // drafts in it

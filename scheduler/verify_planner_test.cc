@@ -43,9 +43,11 @@ CostTable TokensOnlyTable(std::vector<double> tokens, std::vector<double> second
 
 VerifyPlan PlanOrDie(VerifyPlanner& planner, const std::vector<double>& confidences,
                      const std::vector<int32_t>& max_lens, const std::vector<uint8_t>& flags = {},
-                     bool ready = true) {
+                     bool ready = true, int64_t prefill_rows = 0) {
   VerifyPlan plan;
-  const absl::Status s = planner.Plan({confidences, max_lens, flags, ready}, &plan);
+  PlannerInput input{confidences, max_lens, flags, ready};
+  input.prefill_rows = prefill_rows;
+  const absl::Status s = planner.Plan(input, &plan);
   EXPECT_TRUE(s.ok()) << s;
   return plan;
 }
@@ -457,6 +459,13 @@ TEST(VerifyPlannerTest, RefusesMalformedInput) {
   EXPECT_FALSE(planner.Plan({conf, std::vector<int32_t>{3, 0}, {}, true}, &plan).ok());
   EXPECT_FALSE(
       planner.Plan({conf, std::vector<int32_t>{3, 3}, std::vector<uint8_t>{0}, true}, &plan).ok());
+  PlannerInput prompts{conf, std::vector<int32_t>{3, 3}, {}, true};
+  prompts.prefill_rows = -1;
+  EXPECT_FALSE(planner.Plan(prompts, &plan).ok());
+  prompts.prefill_rows = kMaxPrefillRows + 1;
+  EXPECT_FALSE(planner.Plan(prompts, &plan).ok());
+  prompts.prefill_rows = kMaxPrefillRows;
+  EXPECT_TRUE(planner.Plan(prompts, &plan).ok());
 }
 
 TEST(VerifyPlannerTest, CreateRefusesBadOptions) {
@@ -596,8 +605,12 @@ TEST(VerifyPlannerRandomTest, MatchesBruteForceOverPrefixClosedAllocations) {
   for (int trial = 0; trial < 3000; ++trial) {
     const RandomCase c = MakeRandomCase(rng, 4, 4);
     const CostTable table = RandomTable(rng);
+    // Half the steps carry joining prompts: every budget pays their rows.
+    const int64_t prefill = trial % 2 == 0 ? 0 : 1 + static_cast<int64_t>(rng() % 30);
     VerifyPlanner planner = MakePlanner(VerifyMode::kCompact, c.gamma, table);
-    const VerifyPlan plan = PlanOrDie(planner, c.confidences, c.max_lens, c.flags);
+    const VerifyPlan plan =
+        PlanOrDie(planner, c.confidences, c.max_lens, c.flags, /*ready=*/true, prefill);
+    const auto cost = [&](int64_t k) { return table.Predict(c.batch, c.batch + k + prefill); };
     const Prepared p = Prepare(c);
     if (plan.reason == PlanReason::kSmallBatch) continue;
     ASSERT_EQ(plan.reason, PlanReason::kPlanned);
@@ -624,7 +637,7 @@ TEST(VerifyPlannerRandomTest, MatchesBruteForceOverPrefixClosedAllocations) {
     }
     double best_ratio = -1;
     for (int64_t k = 0; k <= total_allowed; ++k) {
-      best_ratio = std::max(best_ratio, best_tau[k] / table.Predict(c.batch, c.batch + k));
+      best_ratio = std::max(best_ratio, best_tau[k] / cost(k));
     }
     // The plan reaches the best objective over all prefix-closed allocations,
     // and its budget is the best allocation of its own size.
@@ -635,11 +648,12 @@ TEST(VerifyPlannerRandomTest, MatchesBruteForceOverPrefixClosedAllocations) {
                 plan.predicted_committed_tokens, 1e-12);
     // No smaller budget reaches the same objective (ties go to the smaller k).
     for (int64_t k = 0; k < plan.budget; ++k) {
-      EXPECT_LT(best_tau[k] / table.Predict(c.batch, c.batch + k), ratio * (1 + 1e-12))
+      EXPECT_LT(best_tau[k] / cost(k), ratio * (1 + 1e-12))
           << "trial " << trial;
     }
     EXPECT_EQ(plan.verify_lens, ReferenceLengths(c, p, plan.budget)) << "trial " << trial;
-    EXPECT_EQ(plan.predicted_step_seconds, table.Predict(c.batch, plan.verify_tokens));
+    EXPECT_EQ(plan.predicted_step_seconds,
+              table.Predict(c.batch, plan.verify_tokens + prefill));
   }
   EXPECT_GT(planned, 1000);
 }
@@ -698,7 +712,10 @@ TEST(VerifyPlannerRandomTest, LaunchedRowsPricingMatchesBruteForce) {
     options.launch_tokens = launched;
     absl::StatusOr<VerifyPlanner> planner = VerifyPlanner::Create(std::move(options), table);
     ASSERT_TRUE(planner.ok()) << planner.status();
-    const VerifyPlan plan = PlanOrDie(*planner, c.confidences, c.max_lens, c.flags);
+    // Prompt rows ride on the launched rows in half the steps.
+    const int64_t prefill = trial % 2 == 0 ? 0 : 1 + static_cast<int64_t>(rng() % 60);
+    const VerifyPlan plan =
+        PlanOrDie(*planner, c.confidences, c.max_lens, c.flags, /*ready=*/true, prefill);
     if (plan.reason == PlanReason::kSmallBatch) continue;
     ASSERT_EQ(plan.reason, PlanReason::kPlanned);
     ++planned;
@@ -714,7 +731,8 @@ TEST(VerifyPlannerRandomTest, LaunchedRowsPricingMatchesBruteForce) {
       for (int i = 0; i < c.batch; ++i) {
         for (int j = 0; j + 1 < lens[i]; ++j) tau += p.survival[i * c.gamma + j];
       }
-      return std::pair<double, double>{tau, table.Predict(c.batch, static_cast<double>(*rows))};
+      return std::pair<double, double>{
+          tau, table.Predict(c.batch, static_cast<double>(*rows + prefill))};
     };
     int64_t best_k = 0, best_rows = 0;
     auto [best_tau, best_cost] = priced_at(0, &best_rows);
@@ -730,7 +748,7 @@ TEST(VerifyPlannerRandomTest, LaunchedRowsPricingMatchesBruteForce) {
     ASSERT_EQ(plan.budget, best_k) << "trial " << trial;
     EXPECT_EQ(plan.verify_lens, ReferenceLengths(c, p, best_k)) << "trial " << trial;
     if (plan.packed) {
-      EXPECT_EQ(plan.predicted_step_seconds, table.Predict(c.batch, rows_of[best_k]))
+      EXPECT_EQ(plan.predicted_step_seconds, table.Predict(c.batch, rows_of[best_k] + prefill))
           << "trial " << trial;
     }
     // The next candidate would have run in the same launch, for more

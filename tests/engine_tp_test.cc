@@ -87,8 +87,8 @@ int ThreadsPerRank(int ranks) {
 // A cost table with a fixed cost per step plus a cost per verified row, so
 // that low-confidence drafts do not pay for their row: the planner trims, and
 // its plans change from step to step with the confidences. `nudged` raises
-// the cell at (16 requests, 16 rows) by 0.1 ms: a rank that loads that table
-// plans differently from one that does not.
+// the row of 16 requests by 0.1 ms: a rank that loads that table plans
+// differently from one that does not.
 std::string WriteCostTable(bool nudged = false) {
   const char* dir = std::getenv("TEST_TMPDIR");
   const std::string path =
@@ -99,8 +99,9 @@ std::string WriteCostTable(bool nudged = false) {
   out << R"({"batch_sizes": [1, 16, 64],
             "verify_tokens": [1, 16, 128, 512],
             "seconds": [[0.0104, 0.0164, 0.0612, 0.2148],
-                        [0.0110, )"
-      << (nudged ? "0.0171" : "0.0170") << R"(, 0.0618, 0.2154],
+                        )"
+      << (nudged ? "[0.0111, 0.0171, 0.0619, 0.2155]," : "[0.0110, 0.0170, 0.0618, 0.2154],")
+      << R"(
                         [0.0130, 0.0190, 0.0638, 0.2174]]})";
   out.close();
   EXPECT_TRUE(out.good()) << path;
@@ -682,8 +683,10 @@ INSTANTIATE_TEST_SUITE_P(
 // Invariant 3's other half: ranks that plan differently are caught at the
 // first compared step and reported with the rank; every request, running or
 // waiting, ends with that error, and every rank's loop returns (never a
-// hang). The last rank prices steps with a table that differs in one cell,
-// so its plan hash differs from the first step.
+// hang). The last rank prices steps with a table whose row of 16 requests
+// is a little dearer at every verify token count (a step's rows include the
+// joining prompts, so the first step reads that row far from M = 16), so
+// its plan hash differs from the first step.
 TEST(PlanDivergenceTpTest, MismatchEndsEveryRequestWithTheError) {
   const std::string dir = WriteTinyPair();
   const int odd_rank = World() - 1;

@@ -36,6 +36,7 @@ std::string StepLog::Line(const StepTiming& step) {
       {"draft_seconds", step.draft_seconds},
       {"verify_seconds", step.verify_seconds},
       {"prefill_tokens", step.prefill_tokens},
+      {"priced_prefill_rows", step.priced_prefill_rows},
       {"target_prefill_seconds", step.target_prefill_seconds},
       {"draft_prefill_seconds", step.draft_prefill_seconds},
       {"predicted_seconds", step.predicted_seconds},

@@ -25,6 +25,7 @@ StepTiming MixedStep() {
   t.draft_seconds = 0.0021;
   t.verify_seconds = 0.0093;
   t.prefill_tokens = 93;
+  t.priced_prefill_rows = 71;
   t.target_prefill_seconds = 0.0042;
   t.draft_prefill_seconds = 0.0011;
   t.predicted_seconds = 0.0107;
@@ -46,6 +47,7 @@ TEST(StepLogTest, ALineCarriesEveryFieldOfTheStep) {
   EXPECT_DOUBLE_EQ(line["draft_seconds"].get<double>(), 0.0021);
   EXPECT_DOUBLE_EQ(line["verify_seconds"].get<double>(), 0.0093);
   EXPECT_EQ(line["prefill_tokens"], 93);
+  EXPECT_EQ(line["priced_prefill_rows"], 71);
   EXPECT_DOUBLE_EQ(line["target_prefill_seconds"].get<double>(), 0.0042);
   EXPECT_DOUBLE_EQ(line["draft_prefill_seconds"].get<double>(), 0.0011);
   EXPECT_DOUBLE_EQ(line["predicted_seconds"].get<double>(), 0.0107);

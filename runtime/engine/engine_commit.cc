@@ -120,6 +120,7 @@ absl::Status Engine::CommitStep(const PlannedStep& step, const StepOutcome& outc
     timing.draft_seconds = outcome.draft_nanoseconds * 1e-9;
     timing.verify_seconds = outcome.verify_nanoseconds * 1e-9;
     timing.prefill_tokens = outcome.prefill_tokens;
+    timing.priced_prefill_rows = step.prefill_rows;
     timing.target_prefill_seconds = outcome.target_prefill_nanoseconds * 1e-9;
     timing.draft_prefill_seconds = outcome.draft_prefill_nanoseconds * 1e-9;
     timing.predicted_seconds = step.predicted_seconds;

@@ -159,6 +159,9 @@ void Engine::Admit() {
   std::vector<ExecutorRequest> on_device;
   for (Request* r : admitted) {
     on_device.push_back(ToExecutorRequest(*r));
+    if (options_.fused_prefill) {
+      r->prefill_rows = std::max(0, static_cast<int32_t>(r->tokens.size()) - 1);
+    }
     if (plain_batch && r->speculative) {
       on_device.back().prefill_draft = false;
       r->catch_up_tokens = std::max(0, static_cast<int32_t>(r->tokens.size()) - 1);
@@ -272,6 +275,7 @@ StepJob Engine::NewJob(const std::vector<Request*>& batch, const PlannedStep& st
   for (Request* r : batch) {
     job.batch.push_back(r->order);
     r->last_step = job.step;
+    r->prefill_rows = 0;  // this job's verify reads the prompt
   }
   job.draft_depths = step.draft_depths;
   job.verify_lens = step.verify_lens;
@@ -293,6 +297,7 @@ Engine::StepCaps Engine::VerifyCaps(const std::vector<Request*>& batch) const {
   for (int i = 0; i < b; ++i) {
     const SamplingParams& p = batch[i]->req.params;
     caps.catch_up_tokens[i] = batch[i]->catch_up_tokens;
+    caps.prefill_rows += batch[i]->prefill_rows;
     // Under overlap the CPU's count may be a step behind the device's; the
     // executor caps the plan again with its own.
     const int64_t left = p.max_tokens - batch[i]->num_generated();
@@ -338,6 +343,7 @@ absl::Status Engine::PlanDrafts(const StepCaps& caps, absl::Span<const double> c
   input.max_verify_lens = caps.max_verify_lens;
   input.flags = caps.flags;
   input.catch_up_tokens = caps.catch_up_tokens;
+  input.prefill_rows = caps.prefill_rows;
   input.confidence_ready = estimator_->ready();
   input.drafts_allowed = DraftsAtBatch(b);
   if (absl::Status s = draft_planner_->Plan(input, &draft_plan_); !s.ok()) return s;
@@ -367,6 +373,7 @@ absl::Status Engine::PlanStep(const std::vector<Request*>& batch, const StepCaps
   input.drafts = step->draft_passes > 0;
   input.draft_depths = step->draft_depths;
   input.draft_passes = step->draft_passes;
+  input.prefill_rows = caps.prefill_rows;
   if (absl::Status s = planner_->Plan(input, &plan_); !s.ok()) return s;
   if (options_.plan_check_interval > 0 && stats_.steps % options_.plan_check_interval == 0) {
     if (absl::Status s = CheckPlanAcrossRanks(plan_, draft_plan_); !s.ok()) return s;
@@ -399,6 +406,7 @@ absl::Status Engine::PlanStep(const std::vector<Request*>& batch, const StepCaps
   step->packed = packed;
   step->budget = plan_.budget;
   step->predicted_seconds = plan_.predicted_step_seconds;
+  step->prefill_rows = caps.prefill_rows;
   step->pinned_budget_fraction = planner_->options().pinned_budget_fraction;
   {
     std::lock_guard<std::mutex> lock(mu_);

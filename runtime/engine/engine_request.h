@@ -41,6 +41,11 @@ struct Engine::Request {
   // drafting step's usual one or two (the draft planner prices them). The
   // CPU's count: under overlap a step behind the device.
   int32_t catch_up_tokens = 0;
+  // Prompt tokens the target reads in the verify of the request's first
+  // step (in-step prefill: all but the last, which is its first verify
+  // row); 0 once a step's job carries it, and always with separate
+  // prefill. Both planners price them (PlannerInput::prefill_rows).
+  int32_t prefill_rows = 0;
   std::unique_ptr<StopChecker> stop;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;
   GenerationUsage usage;

@@ -499,6 +499,55 @@ TEST_F(EngineTest, SameSeedSameSampledOutput) {
   EXPECT_NE(runs[0], runs[1]);
 }
 
+// The prompt rows the planners price into a step's verify are the rows its
+// verify forward reads: under in-step prefill, every prompt but its last
+// token, in the step of the request's first verify, with overlap on and off
+// and with requests joining a running batch (at most 3 run at once); with
+// separate prefill passes, none.
+TEST_F(EngineTest, PricedPromptRowsAreTheRowsTheVerifyReads) {
+  LocalCommunicator comm;
+  for (const bool fused : {true, false}) {
+    for (const bool overlap : {false, true}) {
+      EngineOptions options;
+      options.fused_prefill = fused;
+      options.overlap = overlap;
+      options.max_running_requests = 3;
+      std::unique_ptr<Engine> engine = MakeEngine(&comm, options);
+      ASSERT_NE(engine, nullptr);
+      std::vector<StepTiming> steps;
+      RecordSteps(*engine, &steps);
+      EngineHarness harness(engine.get());
+      std::vector<GenerationRequest> requests;
+      int64_t prompt_rows = 0;
+      for (int i = 0; i < 7; ++i) {
+        requests.push_back(TextRequest(*engine, "p" + std::to_string(i),
+                                       kPrompts[i % std::size(kPrompts)], 6 + 5 * i, 0.0f, i));
+        requests.back().params.ignore_eos = true;
+        prompt_rows += static_cast<int64_t>(requests.back().prompt_token_ids.size()) - 1;
+      }
+      for (const CollectedOutput& out : harness.GenerateAll(requests)) {
+        EXPECT_EQ(out.finish_reason, FinishReason::kLength) << out.error;
+      }
+      harness.Stop();
+      const std::string run =
+          std::string(fused ? "in-step" : "separate") + (overlap ? ", overlap" : "");
+      int64_t priced = 0, joining_steps = 0;
+      for (const StepTiming& t : steps) {
+        if (fused) {
+          EXPECT_EQ(t.priced_prefill_rows, t.prefill_tokens) << run << ", step " << t.step;
+        } else {
+          EXPECT_EQ(t.priced_prefill_rows, 0) << run << ", step " << t.step;
+        }
+        priced += t.priced_prefill_rows;
+        if (t.priced_prefill_rows > 0 && t.step > 1) ++joining_steps;
+      }
+      EXPECT_EQ(priced, fused ? prompt_rows : 0) << run;
+      // Requests joined a running batch, not only the first step.
+      if (fused) EXPECT_GT(joining_steps, 0) << run;
+    }
+  }
+}
+
 // --simulate-acceptance on dummy weights at the bundled shapes: every
 // verified draft up to a request-step's first reject is one accept test with
 // the simulated rate, so accepted / (accepted + rejected) estimates it; the
