@@ -33,6 +33,9 @@ const char kPlanInputFormat[] = R"(--input STEP.json, one decode step:
                "speculation_disabled": false,     optional
                "stop_emitted": false}, ...],      optional
  "confidence_ready": true,                        optional
+ "prefill_rows": 0,                               optional: prompt rows the
+                                                  verify reads (step log's
+                                                  priced_prefill_rows)
  "pinned_budget": 0.5}                            optional, a fraction
 Every request has the same number of confidences (gamma). --cost-table and
 --verify-mode are the engine's flags, read here by name; --mode defaults to
@@ -61,6 +64,7 @@ struct Step {
   std::vector<int32_t> max_verify_lens;
   std::vector<uint8_t> flags;
   bool confidence_ready = true;
+  int64_t prefill_rows = 0;
   std::optional<double> pinned_budget_fraction;
 };
 
@@ -85,6 +89,11 @@ absl::StatusOr<Step> ParseStep(const std::string& text) {
   absl::StatusOr<bool> ready = OptionalBool(doc, "confidence_ready", true, "input");
   if (!ready.ok()) return ready.status();
   step.confidence_ready = *ready;
+  if (auto it = doc.find("prefill_rows"); it != doc.end()) {
+    absl::StatusOr<int64_t> rows = JsonIntegerAs<int64_t>(*it, "prefill_rows", 0, kMaxPrefillRows);
+    if (!rows.ok()) return rows.status();
+    step.prefill_rows = *rows;
+  }
   if (auto it = doc.find("pinned_budget"); it != doc.end()) {
     if (!it->is_number()) return absl::InvalidArgumentError("pinned_budget is not a number");
     absl::StatusOr<double> fraction = JsonFiniteNumber(*it, "pinned_budget");
@@ -175,6 +184,7 @@ absl::StatusOr<std::string> PlanCommandJson(const PlanCommandArgs& args) {
   draft_input.max_verify_lens = step->max_verify_lens;
   draft_input.flags = step->flags;
   draft_input.confidence_ready = step->confidence_ready;
+  draft_input.prefill_rows = step->prefill_rows;
   DraftPlan draft_plan;
   if (absl::Status s = draft_planner->Plan(draft_input, &draft_plan); !s.ok()) {
     return WithPrefix(args.input_path, s);
@@ -193,6 +203,7 @@ absl::StatusOr<std::string> PlanCommandJson(const PlanCommandArgs& args) {
   input.drafts = draft_plan.passes > 0;
   input.draft_depths = draft_plan.depths;
   input.draft_passes = draft_plan.passes;
+  input.prefill_rows = step->prefill_rows;
   if (absl::Status s = planner->Plan(input, &plan); !s.ok()) return WithPrefix(args.input_path, s);
 
   const auto seconds_or_null = [](double v) { return std::isnan(v) ? json(nullptr) : json(v); };

@@ -180,6 +180,10 @@ TEST(PlanCommandTest, RefusesNumbersThatDoNotFitTheirField) {
        "requests[0].max_verify_len: expected an integer in [1, 1073741824], got 2.0"},
       {R"({"requests": [{"confidences": [0.5], "max_verify_len": true}]})",
        "requests[0].max_verify_len: expected an integer in [1, 1073741824], got true"},
+      {R"({"requests": [{"confidences": [0.5]}], "prefill_rows": -1})",
+       "prefill_rows: expected an integer in [0, 2147483647], got -1"},
+      {R"({"requests": [{"confidences": [0.5]}], "prefill_rows": 2147483648})",
+       "prefill_rows: expected an integer in [0, 2147483647], got 2147483648"},
   };
   for (const auto& c : cases) {
     args.input_path = WriteTemp("wide.json", c.json);
@@ -194,6 +198,27 @@ TEST(PlanCommandTest, RefusesNumbersThatDoNotFitTheirField) {
       R"({"requests": [{"confidences": [0.5], "max_verify_len": 1},
                        {"confidences": [0.5], "max_verify_len": 1073741824}]})");
   EXPECT_TRUE(PlanCommandJson(args).ok());
+}
+
+// A step whose verify also reads joining prompts (the step log's
+// priced_prefill_rows) is priced at its rows plus those. On the staircase
+// (one second up to five rows) the plain step verifies three drafts in five
+// rows (PrintsThePlannedBudget); with one prompt row the third draft would
+// make six rows and two seconds, so the plan verifies two.
+TEST(PlanCommandTest, PrefillRowsArePricedWithTheVerifyRows) {
+  PlanCommandArgs args;
+  args.cost_table_path = WriteTemp("staircase.json", kStaircase);
+  args.mode = "compact";
+  args.input_path = WriteTemp("prompts.json", R"({"requests": [
+    {"confidences": [0.9, 0.9, 0.9]},
+    {"confidences": [0.6, 0.5, 0.4], "max_verify_len": 4}], "prefill_rows": 1})");
+  const json plan = PlanJson(args);
+  EXPECT_EQ(plan["reason"], "planned");
+  EXPECT_EQ(plan["budget"], 2);
+  EXPECT_EQ(plan["verify_lens"], json::array({3, 1}));
+  EXPECT_EQ(plan["verify_tokens"], 4);  // the verify rows; the prompt row rides on them
+  EXPECT_DOUBLE_EQ(plan["predicted_step_seconds"].get<double>(), 1.0);
+  EXPECT_NEAR(plan["predicted_committed_tokens"].get<double>(), 3.71, 1e-12);
 }
 
 TEST(PlanCommandTest, RefusesABadTableNamingTheCell) {
