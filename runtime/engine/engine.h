@@ -151,7 +151,9 @@ struct EngineOptions {
   // the fresh drafts' confidences, and steps run one at a time.
   bool overlap = false;
   // Where joining prompts are read (StepExecutor::Options::fused_prefill):
-  // true, in the step's own passes; false, in prefill passes of their own.
+  // true, in the step's own passes, where both planners price the target's
+  // prompt rows (Request::prefill_rows); false, in prefill passes of their
+  // own.
   bool fused_prefill = true;
   ModelBackend backend = ModelBackend::kCpu;
   bool cuda_graphs = true;  // CUDA backend: replay repeated step shapes from graphs
