@@ -69,8 +69,7 @@ absl::Status DraftPlanner::SetPinnedDepth(std::optional<int> depth) {
 }
 
 void DraftPlanner::Finish(int64_t batch, absl::Span<const double> confidences,
-                          absl::Span<const int32_t> catch_up_tokens, int64_t prefill_rows,
-                          DraftPlan* plan) {
+                          absl::Span<const int32_t> catch_up_tokens, DraftPlan* plan) {
   const int gamma = options_.gamma;
   plan->passes = 0;
   plan->drafting_requests = 0;
@@ -95,8 +94,7 @@ void DraftPlanner::Finish(int64_t batch, absl::Span<const double> confidences,
     if (!rows_per_pass_.empty()) rows_per_pass_[0] += plan->catch_up_tokens;
     plan->predicted_step_seconds =
         cost_table_->PredictStepAt(static_cast<double>(batch),
-                                   static_cast<double>(batch + plan->total_depth + prefill_rows),
-                                   rows_per_pass_);
+                                   static_cast<double>(batch + plan->total_depth), rows_per_pass_);
   } else {
     plan->predicted_step_seconds = std::numeric_limits<double>::quiet_NaN();
   }
@@ -131,10 +129,6 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
                                                        " catch-up tokens"));
       }
     }
-  }
-  if (input.prefill_rows < 0 || input.prefill_rows > kMaxPrefillRows) {
-    return absl::InvalidArgumentError(absl::StrCat("draft planner: ", input.prefill_rows,
-                                                   " prefill rows (0 to ", kMaxPrefillRows, ")"));
   }
   caps_.resize(batch);
   for (int64_t i = 0; i < batch; ++i) {
@@ -181,8 +175,6 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
       return a.request < b.request;
     });
     const double b = static_cast<double>(batch);
-    // The verify's rows beside the plan's: the prompts it reads.
-    const double verify_base = b + static_cast<double>(input.prefill_rows);
     const CostTable& table = *cost_table_;
     // A pass costs what its rows do (CostTable::PredictDraftPassAt), looked
     // up per row count.
@@ -198,7 +190,7 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
                         : table.PredictDraftPassAt(static_cast<double>(n + extra), true);
     };
     const bool catch_up = !input.catch_up_tokens.empty();
-    double best = b / table.StepFromParts(b, table.Predict(b, verify_base), 0.0);
+    double best = b / table.StepFromParts(b, table.Predict(b, b), 0.0);
     int best_limit = 0;
     int64_t best_k = 0;
     int max_position = 0;
@@ -221,8 +213,7 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
         double phase = first_pass(rows_per_pass_[0], extra);
         for (int p = 1; p < limit; ++p) phase += later_pass_seconds_[rows_per_pass_[p]];
         const double objective =
-            gain /
-            table.StepFromParts(b, table.Predict(b, verify_base + static_cast<double>(k)), phase);
+            gain / table.StepFromParts(b, table.Predict(b, b + static_cast<double>(k)), phase);
         if (objective > best) {
           best = objective;
           best_limit = limit;
@@ -238,7 +229,7 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
       ++taken;
     }
   }
-  Finish(batch, input.confidences, input.catch_up_tokens, input.prefill_rows, plan);
+  Finish(batch, input.confidences, input.catch_up_tokens, plan);
   return absl::OkStatus();
 }
 

@@ -26,12 +26,6 @@
 // only, and this is the optimum over all depth vectors; otherwise it is the
 // best of the plans that draft the surest tokens.
 //
-// Prompts. Under in-step prefill the verify forward also reads the prompts
-// of the requests joining this step (DraftPlannerInput::prefill_rows): every
-// plan pays them, so each plan's verify is priced at B + sum d_i plus those
-// rows. A step that carries prompts then costs what it runs, and the fixed
-// rows make its drafts relatively cheaper, as they are.
-//
 // Catch-up. A request that sat out steps (depth 0) left its draft behind by
 // the tokens those steps committed; its next drafting step's first pass
 // feeds them all (StepExecutor: pass 0 catches up on every token the draft
@@ -89,11 +83,6 @@ struct DraftPlannerInput {
   // B or empty (none): tokens committed by the steps each request sat out
   // since it last drafted, which its next first pass catches up on.
   absl::Span<const int32_t> catch_up_tokens;
-  // Target rows the step's verify reads ahead of its verify rows (the
-  // prompts of joining requests under in-step prefill): every plan pays
-  // them, priced as verify rows (PlannerInput::prefill_rows). 0 to
-  // kMaxPrefillRows.
-  int64_t prefill_rows = 0;
   bool confidence_ready = true;
   bool drafts_allowed = true;
 };
@@ -105,8 +94,8 @@ struct DraftPlan {
   int drafting_requests = 0;    // requests with depth > 0
   int64_t total_depth = 0;      // sum of depths
   int64_t catch_up_tokens = 0;  // of the drafting requests: extra rows of the first pass
-  // PredictStepAt(B, B + total_depth + the input's prefill_rows, each
-  // pass's rows, the first's plus catch_up_tokens); NaN without a table.
+  // PredictStepAt(B, B + total_depth, each pass's rows, the first's plus
+  // catch_up_tokens); NaN without a table.
   double predicted_step_seconds = 0;
   double predicted_committed_tokens = 0;  // B + the survivals of the drafted tokens
 };
@@ -143,7 +132,7 @@ class DraftPlanner {
       : options_(options), cost_table_(std::move(cost_table)) {}
 
   void Finish(int64_t batch, absl::Span<const double> confidences,
-              absl::Span<const int32_t> catch_up_tokens, int64_t prefill_rows, DraftPlan* plan);
+              absl::Span<const int32_t> catch_up_tokens, DraftPlan* plan);
 
   DraftPlannerOptions options_;
   std::optional<CostTable> cost_table_;

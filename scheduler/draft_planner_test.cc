@@ -41,10 +41,8 @@ CostTable OnePassTable(const std::vector<double>& pass, int passes, double verif
   return table;
 }
 
-// Expected committed tokens per predicted second of a plan whose verify
-// also reads `prefill_rows` prompt rows.
 double Objective(const CostTable& table, const std::vector<double>& confidences, int gamma,
-                 const std::vector<int32_t>& depths, int64_t prefill_rows = 0) {
+                 const std::vector<int32_t>& depths) {
   const double b = static_cast<double>(depths.size());
   double gain = b;
   int64_t total = 0;
@@ -61,16 +59,16 @@ double Objective(const CostTable& table, const std::vector<double>& confidences,
   std::vector<int64_t> rows;
   DraftRowsPerPass(depths, &rows);
   EXPECT_EQ(static_cast<int>(rows.size()), passes);
-  return gain / table.PredictStepAt(b, b + static_cast<double>(total + prefill_rows), rows);
+  return gain / table.PredictStepAt(b, b + static_cast<double>(total), rows);
 }
 
 // The best objective over every depth vector within the caps.
 double BruteForce(const CostTable& table, const std::vector<double>& confidences, int gamma,
-                  const std::vector<int32_t>& caps, int64_t prefill_rows) {
+                  const std::vector<int32_t>& caps) {
   std::vector<int32_t> depths(caps.size(), 0);
   double best = -1;
   while (true) {
-    best = std::max(best, Objective(table, confidences, gamma, depths, prefill_rows));
+    best = std::max(best, Objective(table, confidences, gamma, depths));
     size_t i = 0;
     while (i < depths.size() && depths[i] == caps[i]) depths[i++] = 0;
     if (i == depths.size()) break;
@@ -83,13 +81,13 @@ double BruteForce(const CostTable& table, const std::vector<double>& confidences
 // defines them: for each limit P on the depth and each k, the top k drafts
 // of positions below P (survival descending, then position, then request).
 double BestOfSurestPlans(const CostTable& table, const std::vector<double>& confidences,
-                         int gamma, const std::vector<int32_t>& caps, int64_t prefill_rows) {
+                         int gamma, const std::vector<int32_t>& caps) {
   struct Draft {
     double survival;
     int position, request;
   };
   const int batch = static_cast<int>(caps.size());
-  double best = Objective(table, confidences, gamma, std::vector<int32_t>(batch, 0), prefill_rows);
+  double best = Objective(table, confidences, gamma, std::vector<int32_t>(batch, 0));
   for (int limit = 1; limit <= gamma; ++limit) {
     std::vector<Draft> drafts;
     for (int i = 0; i < batch; ++i) {
@@ -107,7 +105,7 @@ double BestOfSurestPlans(const CostTable& table, const std::vector<double>& conf
     std::vector<int32_t> depths(batch, 0);
     for (const Draft& d : drafts) {
       depths[d.request] = std::max(depths[d.request], d.position + 1);
-      best = std::max(best, Objective(table, confidences, gamma, depths, prefill_rows));
+      best = std::max(best, Objective(table, confidences, gamma, depths));
     }
   }
   return best;
@@ -149,12 +147,10 @@ TEST(DraftPlannerTest, MatchesBruteForceOverDepths) {
       if (rng() % 8 == 0) flags[i] = kSpeculationDisabled;
       caps[i] = flags[i] != 0 ? 0 : std::min(gamma, max_lens[i] - 1);
     }
-    // A third of the steps carry joining prompts, which every plan pays.
-    const int64_t prefill = trial % 3 == 2 ? 1 + static_cast<int64_t>(rng() % 80) : 0;
     DraftPlanner planner = *DraftPlanner::Create({.gamma = gamma, .min_survival = 1e-12}, table);
     DraftPlan plan;
     ASSERT_TRUE(planner.Plan({.confidences = confidences, .max_verify_lens = max_lens,
-                              .flags = flags, .prefill_rows = prefill},
+                              .flags = flags},
                              &plan)
                     .ok());
     ASSERT_EQ(plan.reason, DraftReason::kPlanned);
@@ -163,11 +159,11 @@ TEST(DraftPlannerTest, MatchesBruteForceOverDepths) {
       ASSERT_GE(plan.depths[i], 0);
       ASSERT_LE(plan.depths[i], caps[i]) << "trial " << trial << " request " << i;
     }
-    const double got = Objective(table, confidences, gamma, plan.depths, prefill);
-    ASSERT_NEAR(got, BestOfSurestPlans(table, confidences, gamma, caps, prefill), got * 1e-12)
+    const double got = Objective(table, confidences, gamma, plan.depths);
+    ASSERT_NEAR(got, BestOfSurestPlans(table, confidences, gamma, caps), got * 1e-12)
         << "trial " << trial;
     if (!first_pass_apart) {
-      const double want = BruteForce(table, confidences, gamma, caps, prefill);
+      const double want = BruteForce(table, confidences, gamma, caps);
       ASSERT_GE(got, want * (1 - 1e-12)) << "trial " << trial;
     }
     EXPECT_NEAR(plan.predicted_committed_tokens / plan.predicted_step_seconds, got, got * 1e-12);
@@ -394,37 +390,6 @@ TEST(DraftPlannerTest, ARequestFarBehindDraftsOnlyWhenItsDraftsPayForItsCatchUp)
   EXPECT_NE(DraftPlanHash(plan), DraftPlanHash(even));
 }
 
-// Prompts the step's verify reads (in-step prefill) are paid by every plan:
-// drafts that do not pay for a decode step's price pay for themselves in a
-// step whose verify already reads a hundred prompt rows, and the plan's
-// price has those rows.
-TEST(DraftPlannerTest, PromptRowsInTheVerifyAreInEveryPlansPrice) {
-  const CostTable table = SplitTable({0.008, 0.008, 0.008, 0.008}, 1, 0.0005);
-  DraftPlanner planner = *DraftPlanner::Create({.gamma = 1}, table);
-  const std::vector<double> confidences = {0.5, 0.5};
-  const std::vector<int32_t> max_lens = {2, 2};
-
-  DraftPlan decode;
-  ASSERT_TRUE(
-      planner.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &decode).ok());
-  EXPECT_EQ(decode.passes, 0);
-  EXPECT_DOUBLE_EQ(decode.predicted_step_seconds, table.PredictStep(2, 2, 0));
-
-  DraftPlan joining;
-  ASSERT_TRUE(planner
-                  .Plan({.confidences = confidences, .max_verify_lens = max_lens,
-                         .prefill_rows = 100},
-                        &joining)
-                  .ok());
-  EXPECT_EQ(joining.depths, (std::vector<int32_t>{1, 1}));
-  std::vector<int64_t> rows;
-  DraftRowsPerPass(joining.depths, &rows);
-  EXPECT_DOUBLE_EQ(joining.predicted_step_seconds, table.PredictStepAt(2, 2 + 2 + 100, rows));
-  // Plain decode would have been the worse plan with those rows too.
-  EXPECT_LT(2.0 / table.PredictStep(2, 2 + 100, 0),
-            joining.predicted_committed_tokens / joining.predicted_step_seconds);
-}
-
 TEST(DraftPlannerTest, RefusesMalformedInput) {
   DraftPlanner planner = *DraftPlanner::Create({.gamma = 2}, std::nullopt);
   DraftPlan plan;
@@ -447,14 +412,6 @@ TEST(DraftPlannerTest, RefusesMalformedInput) {
   EXPECT_FALSE(planner
                    .Plan({.confidences = four, .max_verify_lens = two,
                           .catch_up_tokens = negative},
-                         &plan)
-                   .ok());
-  EXPECT_FALSE(planner
-                   .Plan({.confidences = four, .max_verify_lens = two, .prefill_rows = -1}, &plan)
-                   .ok());
-  EXPECT_FALSE(planner
-                   .Plan({.confidences = four, .max_verify_lens = two,
-                          .prefill_rows = kMaxPrefillRows + 1},
                          &plan)
                    .ok());
   EXPECT_FALSE(DraftPlanner::Create({.gamma = 0}, std::nullopt).ok());

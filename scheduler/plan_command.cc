@@ -184,7 +184,6 @@ absl::StatusOr<std::string> PlanCommandJson(const PlanCommandArgs& args) {
   draft_input.max_verify_lens = step->max_verify_lens;
   draft_input.flags = step->flags;
   draft_input.confidence_ready = step->confidence_ready;
-  draft_input.prefill_rows = step->prefill_rows;
   DraftPlan draft_plan;
   if (absl::Status s = draft_planner->Plan(draft_input, &draft_plan); !s.ok()) {
     return WithPrefix(args.input_path, s);

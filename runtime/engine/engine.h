@@ -151,9 +151,9 @@ struct EngineOptions {
   // the fresh drafts' confidences, and steps run one at a time.
   bool overlap = false;
   // Where joining prompts are read (StepExecutor::Options::fused_prefill):
-  // true, in the step's own passes, where both planners price the target's
-  // prompt rows (Request::prefill_rows); false, in prefill passes of their
-  // own.
+  // true, in the step's own passes, where the verify planner prices the
+  // target's prompt rows (Request::prefill_rows); false, in prefill passes
+  // of their own.
   bool fused_prefill = true;
   ModelBackend backend = ModelBackend::kCpu;
   bool cuda_graphs = true;  // CUDA backend: replay repeated step shapes from graphs
@@ -224,9 +224,9 @@ struct StepTiming {
   // prompt tokens and the wall time of each model's prefill forward (0
   // under fused_prefill, where the verify and draft times hold them).
   int64_t prefill_tokens = 0;
-  // The prompt rows of in-step prefill the planners priced into the step's
-  // verify (PlannerInput::prefill_rows): under fused_prefill, the target's
-  // share of prefill_tokens.
+  // The prompt rows of in-step prefill the verify planner priced into the
+  // step's verify (PlannerInput::prefill_rows): under fused_prefill, the
+  // target's share of prefill_tokens.
   int64_t priced_prefill_rows = 0;
   double target_prefill_seconds = 0;
   double draft_prefill_seconds = 0;
@@ -366,7 +366,7 @@ class Engine : public GenerationService {
     bool packed = false;  // VerifyPlan::packed, the same on every rank
     int64_t budget = 0;
     double predicted_seconds = 0;
-    int64_t prefill_rows = 0;  // the prompt rows the planners priced (StepCaps)
+    int64_t prefill_rows = 0;  // the prompt rows the verify planner priced (StepCaps)
     std::optional<double> pinned_budget_fraction;
     int64_t collective_nanoseconds = 0;  // this thread's, while planning
 
@@ -400,7 +400,7 @@ class Engine : public GenerationService {
     std::vector<int32_t> max_verify_lens;
     std::vector<uint8_t> flags;
     std::vector<int32_t> catch_up_tokens;  // Request::catch_up_tokens, for the draft planner
-    int64_t prefill_rows = 0;  // the sum of Request::prefill_rows, for both planners
+    int64_t prefill_rows = 0;  // the sum of Request::prefill_rows, for the verify planner
   };
   StepCaps VerifyCaps(const std::vector<Request*>& batch) const;
   // [batch * gamma] confidences of each request's latest drafts

@@ -148,12 +148,10 @@ void Engine::Admit() {
   // prompt priced as catch-up tokens: the draft reads it in the first pass
   // of the request's first drafting step, which the draft planner prices,
   // so a request that never drafts never pays for it (with --prefill
-  // separate it also skips the draft's prefill pass). Otherwise the batch
-  // drafts, and so will the request: with --prefill separate its prompt is
-  // a prefill pass, which the planner does not price; in-step, the draft
-  // planner prices it as catch-up in the join step alone (VerifyCaps). The
-  // decision reads state every rank shares (the batch size, the checked
-  // draft plan).
+  // separate it also skips the draft's prefill pass). Otherwise the prompt
+  // is a prefill, which the draft planner does not price: the batch drafts,
+  // and so will the request. The decision reads state every rank shares
+  // (the batch size, the checked draft plan).
   const bool plain_batch =
       !DraftsAtBatch(static_cast<int>(running_.size())) ||
       (draft_plan_.reason == DraftReason::kPlanned && !draft_plan_.depths.empty() &&
@@ -298,12 +296,7 @@ Engine::StepCaps Engine::VerifyCaps(const std::vector<Request*>& batch) const {
   caps.catch_up_tokens.assign(b, 0);
   for (int i = 0; i < b; ++i) {
     const SamplingParams& p = batch[i]->req.params;
-    // In its join step (in-step prefill) a request's draft has read none of
-    // its prompt either: if it drafts now, its first pass reads the prompt
-    // too, so its catch-up is at least that. Later steps price catch-up as
-    // Admit decided (the prompt stays in it only while the batch decoded
-    // without drafts when the request joined).
-    caps.catch_up_tokens[i] = std::max(batch[i]->catch_up_tokens, batch[i]->prefill_rows);
+    caps.catch_up_tokens[i] = batch[i]->catch_up_tokens;
     caps.prefill_rows += batch[i]->prefill_rows;
     // Under overlap the CPU's count may be a step behind the device's; the
     // executor caps the plan again with its own.
@@ -350,7 +343,6 @@ absl::Status Engine::PlanDrafts(const StepCaps& caps, absl::Span<const double> c
   input.max_verify_lens = caps.max_verify_lens;
   input.flags = caps.flags;
   input.catch_up_tokens = caps.catch_up_tokens;
-  input.prefill_rows = caps.prefill_rows;
   input.confidence_ready = estimator_->ready();
   input.drafts_allowed = DraftsAtBatch(b);
   if (absl::Status s = draft_planner_->Plan(input, &draft_plan_); !s.ok()) return s;

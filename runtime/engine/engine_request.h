@@ -44,7 +44,11 @@ struct Engine::Request {
   // Prompt tokens the target reads in the verify of the request's first
   // step (in-step prefill: all but the last, which is its first verify
   // row); 0 once a step's job carries it, and always with separate
-  // prefill. Both planners price them (PlannerInput::prefill_rows).
+  // prefill. The verify planner prices them (PlannerInput::prefill_rows).
+  // The draft planner does not: priced there, they made the big join steps
+  // look cheap to draft in, while the joining requests' drafts read their
+  // whole prompts unpriced (docs/PERF.md, "Joining prompts in the planners'
+  // price").
   int32_t prefill_rows = 0;
   std::unique_ptr<StopChecker> stop;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;
