@@ -459,7 +459,8 @@ TEST(VerifyPlannerTest, RefusesMalformedInput) {
   EXPECT_FALSE(planner.Plan({conf, std::vector<int32_t>{3, 0}, {}, true}, &plan).ok());
   EXPECT_FALSE(
       planner.Plan({conf, std::vector<int32_t>{3, 3}, std::vector<uint8_t>{0}, true}, &plan).ok());
-  PlannerInput prompts{conf, std::vector<int32_t>{3, 3}, {}, true};
+  const std::vector<int32_t> lens = {3, 3};  // outlives the input's span
+  PlannerInput prompts{conf, lens, {}, true};
   prompts.prefill_rows = -1;
   EXPECT_FALSE(planner.Plan(prompts, &plan).ok());
   prompts.prefill_rows = kMaxPrefillRows + 1;
