@@ -345,10 +345,8 @@ void VerifyPlanner::SweepLaunchedRows(int64_t batch, const Priced& priced, int64
   constexpr uint32_t kRequestMask = (uint32_t{1} << kRequestBits) - 1;
   taken_.assign(static_cast<size_t>(batch), 0);
   int max_query = 1;
-  // The prompt rows ride on top of the launched verify rows.
-  const double prefill = static_cast<double>(prefill_rows_);
   int64_t launched = options_.launch_tokens(batch, batch, max_query);
-  double cost = priced(curve_.At(static_cast<double>(launched) + prefill));
+  double cost = priced(CurveAtRows(launched));
   double best_cost = cost;  // k = 0
   launched_rows_ = launched;
   double tau = static_cast<double>(batch);
@@ -360,7 +358,7 @@ void VerifyPlanner::SweepLaunchedRows(int64_t batch, const Priced& priced, int64
     if (len > max_query || rows > launched) {
       max_query = std::max(max_query, len);
       launched = options_.launch_tokens(batch, rows, max_query);
-      cost = priced(curve_.At(static_cast<double>(launched) + prefill));
+      cost = priced(CurveAtRows(launched));
     }
     tau += c.survival;
     if (tau * best_cost > *tau_star * cost) {
@@ -502,9 +500,8 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
       return absl::OkStatus();
     }
     cost_table_->CurveAt(static_cast<double>(batch), &curve_);
-    const double prefill = static_cast<double>(prefill_rows_);
-    const double full_block = curve_.At(static_cast<double>(block_rows_) + prefill);
-    const double shortest = curve_.At(static_cast<double>(batch) + prefill);
+    const double full_block = CurveAtRows(block_rows_);
+    const double shortest = CurveAtRows(batch);
     // Trimming cannot pay when even verifying no draft at all costs as much
     // as the full block (seeds/002_d567d7ab3f14fa00.txt, "Small batches").
     if (shortest >= full_block) {
@@ -550,7 +547,8 @@ absl::Status VerifyPlanner::Plan(const PlannerInput& input, VerifyPlan* plan) {
     if (options_.launch_tokens) {
       SweepLaunchedRows(batch, priced, &k_star, &tau_star);
     } else {
-      double best_cost = priced(curve_.At(static_cast<double>(batch + prefill_rows_)));  // k = 0
+      double best_cost = priced(CurveAtRows(batch));  // k = 0
+      // Budget k reads batch + k verify rows and the prefill rows.
       curve_.Sweep(static_cast<double>(batch + prefill_rows_ + 1), num_candidates_,
                    [&](int64_t index, double raw) {
                      const int64_t k = index + 1;

@@ -228,6 +228,11 @@ class VerifyPlanner {
   // split); with the draft depths, each pass is priced at its own rows
   // (CostTable::PredictDraftPhaseAt), as the draft planner priced it.
   double DraftPhaseNotRun(int64_t batch, absl::Span<const int32_t> draft_depths);
+  // The batch's curve (curve_) at `verify_rows` plus the step's prefill
+  // rows: what a step of that many verify rows reads.
+  double CurveAtRows(int64_t verify_rows) const {
+    return curve_.At(static_cast<double>(verify_rows + prefill_rows_));
+  }
   // Fills candidates_ (j-major) with every (i, j) the step may verify and
   // chooses the sort key for them.
   void CollectCandidates(int64_t batch, bool pinned);

@@ -159,12 +159,12 @@ void Engine::Admit() {
   std::vector<ExecutorRequest> on_device;
   for (Request* r : admitted) {
     on_device.push_back(ToExecutorRequest(*r));
-    if (options_.fused_prefill) {
-      r->prefill_rows = std::max(0, static_cast<int32_t>(r->tokens.size()) - 1);
-    }
+    // All but the last prompt token: the last is the first verify row.
+    const int32_t prompt_rows = std::max(0, static_cast<int32_t>(r->tokens.size()) - 1);
+    if (options_.fused_prefill) r->prefill_rows = prompt_rows;
     if (plain_batch && r->speculative) {
       on_device.back().prefill_draft = false;
-      r->catch_up_tokens = std::max(0, static_cast<int32_t>(r->tokens.size()) - 1);
+      r->catch_up_tokens = prompt_rows;
     }
   }
   if (options_.overlap) {
