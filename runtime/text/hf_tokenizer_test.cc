@@ -110,6 +110,80 @@ TEST(HfTokenizerTest, MetaspaceStreamingKeepsEverySpace) {
   }
 }
 
+// Counts the ids every Decode reads, to bound the work of streaming.
+class DecodeCountingTokenizer : public Tokenizer {
+ public:
+  explicit DecodeCountingTokenizer(const Tokenizer* inner) : inner_(inner) {}
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const override {
+    return inner_->Encode(text, add_bos);
+  }
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override {
+    decoded_ids_ += ids.size();
+    return inner_->Decode(ids);
+  }
+  int vocab_size() const override { return inner_->vocab_size(); }
+  int bos_id() const override { return inner_->bos_id(); }
+  int eos_id() const override { return inner_->eos_id(); }
+  std::string IdToPiece(int32_t id) const override { return inner_->IdToPiece(id); }
+  bool IsBytePiece(int32_t id) const override { return inner_->IsBytePiece(id); }
+  size_t decoded_ids() const { return decoded_ids_; }
+
+ private:
+  const Tokenizer* inner_;
+  mutable size_t decoded_ids_ = 0;
+};
+
+// The first id whose own decoding is `text`, or -1.
+int32_t IdDecodingTo(const Tokenizer& t, const std::string& text) {
+  for (int32_t id = 0; id < t.vocab_size(); ++id) {
+    absl::StatusOr<std::string> own = t.Decode({id});
+    if (own.ok() && *own == text) return id;
+  }
+  return -1;
+}
+
+int32_t IdWithPiece(const Tokenizer& t, const std::string& piece) {
+  for (int32_t id = 0; id < t.vocab_size(); ++id) {
+    if (t.IdToPiece(id) == piece) return id;
+  }
+  return -1;
+}
+
+TEST(HfTokenizerTest, StreamingLongRunsReadEachIdAFewTimes) {
+  // Runs that emit nothing for many ids (skipped special tokens, byte
+  // pieces, bytes that are no character) or emit text that alone decodes
+  // to nothing (lone "▁"): streaming them stays exact, and the ids
+  // decoded in all grow linearly with the run, not with its square.
+  constexpr int kRun = 2048;
+  for (const char* name : {"gpt2", "qwen2", "metaspace", "metaspace_split"}) {
+    std::unique_ptr<HfTokenizer> hf = Fixture(name);
+    ASSERT_NE(hf, nullptr);
+    absl::StatusOr<std::vector<int32_t>> head = hf->Encode("the fox", false);
+    absl::StatusOr<std::vector<int32_t>> tail = hf->Encode(" jumps over", false);
+    ASSERT_TRUE(head.ok() && tail.ok());
+    const int32_t special = hf->eos_id() >= 0 ? hf->eos_id() : IdDecodingTo(*hf, "");
+    std::vector<std::pair<std::string, int32_t>> runs = {{"special", special}};
+    // A lone lead byte: in ByteLevel a piece of its own, in byte fallback
+    // the piece <0xE4>; every one of them decodes to U+FFFD.
+    runs.push_back({"lead byte", IdDecodingTo(*hf, "\xEF\xBF\xBD")});
+    // A lone space: the piece "\u2581" (alone it decodes to nothing under
+    // Metaspace) or ByteLevel's space byte.
+    int32_t space = IdWithPiece(*hf, "\xE2\x96\x81");
+    runs.push_back({"space", space >= 0 ? space : IdDecodingTo(*hf, " ")});
+    for (const auto& [run_name, id] : runs) {
+      ASSERT_GE(id, 0) << name << " has no " << run_name << " id";
+      std::vector<int32_t> ids = *head;
+      ids.insert(ids.end(), kRun, id);
+      ids.insert(ids.end(), tail->begin(), tail->end());
+      DecodeCountingTokenizer counting(hf.get());
+      absl::StatusOr<std::string> whole = hf->Decode(ids);
+      ASSERT_TRUE(whole.ok());
+      EXPECT_EQ(Stream(counting, ids), *whole) << name << ", run of " << run_name;
+      EXPECT_LE(counting.decoded_ids(), 24u * ids.size()) << name << ", run of " << run_name;
+    }
+  }
+}
+
 TEST(HfTokenizerTest, StreamingAfterAContext) {
   std::unique_ptr<HfTokenizer> t = Fixture("metaspace");
   ASSERT_NE(t, nullptr);

@@ -113,6 +113,14 @@ constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";
 // rule of the first generated piece.
 constexpr size_t kContextWindow = 6;
 
+// Held ids decoded again at every id (IncrementalDetokenizer::WorthDecoding).
+constexpr size_t kHeldIdsAlwaysDecoded = 8;
+
+bool EndsWithReplacementChar(std::string_view text) {
+  return text.size() >= kReplacementChar.size() &&
+         text.substr(text.size() - kReplacementChar.size()) == kReplacementChar;
+}
+
 }  // namespace
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer* tokenizer,
@@ -134,19 +142,37 @@ absl::StatusOr<std::string> IncrementalDetokenizer::Append(int32_t id) {
 
 absl::StatusOr<std::string> IncrementalDetokenizer::Finish() { return Emit(/*final=*/true); }
 
+bool IncrementalDetokenizer::WorthDecoding() const {
+  // A run of byte pieces decodes whole (IsBytePiece): nothing can be
+  // emitted before an id ends it, so there is nothing to decode yet.
+  if (tokenizer_->IsBytePiece(ids_.back())) return false;
+  const size_t held = ids_.size() - read_offset_;
+  // A character spans at most four ids, so short holds are checked at
+  // every id; the id that ends a byte run is always checked.
+  if (held <= kHeldIdsAlwaysDecoded) return true;
+  if (tokenizer_->IsBytePiece(ids_[ids_.size() - 2])) return true;
+  // A longer hold is a run that adds no text (skipped special tokens) or
+  // bytes that are no character (U+FFFD): re-decoding the whole hold at
+  // every such id costs O(n^2) over a run of n. It is decoded again when
+  // an id brings text of its own, and otherwise at held counts that are
+  // powers of two, so the run costs O(n) decoded ids in all. Emission
+  // only waits; what is emitted is unchanged.
+  if ((held & (held - 1)) == 0) return true;
+  absl::StatusOr<std::string> own = tokenizer_->Decode(absl::MakeConstSpan(&ids_.back(), 1));
+  return !own.ok() || (!own->empty() && !EndsWithReplacementChar(*own));
+}
+
 absl::StatusOr<std::string> IncrementalDetokenizer::Emit(bool final) {
   if (read_offset_ == ids_.size()) return std::string();
+  if (!final && !WorthDecoding()) return std::string();
   absl::Span<const int32_t> all(ids_);
   absl::StatusOr<std::string> prefix =
       tokenizer_->Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_));
   if (!prefix.ok()) return prefix.status();
   absl::StatusOr<std::string> full = tokenizer_->Decode(all.subspan(prefix_offset_));
   if (!full.ok()) return full.status();
-  const bool partial = full->size() >= kReplacementChar.size() &&
-                       full->compare(full->size() - kReplacementChar.size(),
-                                     kReplacementChar.size(), kReplacementChar) == 0;
-  const bool open_bytes = tokenizer_->IsBytePiece(ids_.back());
-  if (!final && (full->size() <= prefix->size() || partial || open_bytes)) return std::string();
+  const bool partial = EndsWithReplacementChar(*full);
+  if (!final && (full->size() <= prefix->size() || partial)) return std::string();
   // The window's text normally extends the prefix's; where it does not, the
   // new text starts at the next character boundary so that no piece holds
   // half a character.
@@ -157,15 +183,30 @@ absl::StatusOr<std::string> IncrementalDetokenizer::Emit(bool final) {
     }
   }
   std::string delta = full->size() > from ? full->substr(from) : std::string();
-  // The next window starts at the ids just emitted, unless they decode to
-  // nothing on their own (special tokens, a lone Metaspace "▁" that a
-  // decoder drops at the start of a text): a window starting there would
-  // lose the leading space of the text that follows.
-  absl::StatusOr<std::string> next = tokenizer_->Decode(all.subspan(read_offset_));
-  if (!next.ok()) return next.status();
-  if (!next->empty()) prefix_offset_ = read_offset_;
+  const size_t emitted_from = read_offset_;
   read_offset_ = ids_.size();
+  absl::StatusOr<size_t> start = NextWindowStart(emitted_from);
+  if (!start.ok()) return start.status();
+  prefix_offset_ = *start;
   return delta;
+}
+
+absl::StatusOr<size_t> IncrementalDetokenizer::NextWindowStart(size_t emitted_from) const {
+  // The next window starts at emitted ids that decode to text on their own:
+  // a window whose emitted ids decode to nothing (special tokens, a lone
+  // Metaspace "▁" that a decoder drops at the start of a text)
+  // would lose the leading space of the text that follows. Of those starts,
+  // the last few ids are enough and keep each decode short; the ids just
+  // emitted come next; else the window keeps its start.
+  absl::Span<const int32_t> all(ids_);
+  const size_t end = read_offset_;
+  for (size_t start : {end > kContextWindow ? end - kContextWindow : 0, emitted_from}) {
+    if (start < prefix_offset_) continue;  // never behind the current start
+    absl::StatusOr<std::string> text = tokenizer_->Decode(all.subspan(start, end - start));
+    if (!text.ok()) return text.status();
+    if (!text->empty()) return start;
+  }
+  return prefix_offset_;
 }
 
 }  // namespace verdict

@@ -90,6 +90,11 @@ class IncrementalDetokenizer {
 
  private:
   absl::StatusOr<std::string> Emit(bool final);
+  // Whether the ids held back since the last emission may now emit text.
+  bool WorthDecoding() const;
+  // Where the decode window starts once the ids from `emitted_from` on
+  // were emitted.
+  absl::StatusOr<size_t> NextWindowStart(size_t emitted_from) const;
 
   const Tokenizer* tokenizer_;
   std::vector<int32_t> ids_;
