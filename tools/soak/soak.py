@@ -530,10 +530,15 @@ def wait_idle(metrics_url, seconds):
 
 # --- the phases ----------------------------------------------------------------
 
-def measure_capacity(host, port, model, limit, deadline_s):
+def measure_capacity(host, port, model, limit, deadline_s, metrics_url=None):
     """Opens long streams one at a time until one gets 429; returns
-    (admitted, retry_after_of_the_429 or None, detail)."""
+    (admitted, retry_after_of_the_429 or None, detail, occupied). `occupied`
+    is running + waiting in the server's gauges right after the 429, with
+    the streams still held (None without metrics): on a fast backend some
+    of the first streams end while the probe is still opening the rest, so
+    `admitted` can exceed what the server holds at once."""
     held = []
+    occupied = None
     body = {"model": model, "prompt": "It was a dark", "max_tokens": 900, "ignore_eos": True,
             "temperature": 0, "stream": True}
     result = (len(held), None, f"no 429 up to {limit} requests")
@@ -553,11 +558,24 @@ def measure_capacity(host, port, model, limit, deadline_s):
                       f"request {len(held) + 1} got {answer.status} {answer.body[:120]!r}")
             if answer.status != 429:
                 raise RuntimeError(f"capacity probe: {result[2]}")
+            occupied = occupancy(metrics_url)
             break
     finally:
         for conn in held:
             conn.close()
-    return result
+    return result + (occupied,)
+
+
+def occupancy(metrics_url):
+    """The most of running + waiting over three reads of the gauges (each
+    is set after an engine iteration, so one read can lag), or None."""
+    best = None
+    for _ in range(3):
+        running, waiting = gauges(metrics(metrics_url))
+        if running is not None and waiting is not None:
+            best = max(best or 0, int(running + waiting))
+        time.sleep(0.1)
+    return best
 
 
 class Recorder:
@@ -718,9 +736,11 @@ def main():
             capacity = args.concurrency
             probe["given"] = capacity
         else:
-            admitted, retry, detail = measure_capacity(host, port, args.model, args.probe_limit,
-                                                      args.request_deadline)
-            probe.update(admitted=admitted, retry_after=retry, detail=detail)
+            streams, retry, detail, occupied = measure_capacity(
+                host, port, args.model, args.probe_limit, args.request_deadline, metrics_url)
+            admitted = occupied if occupied is not None else streams
+            probe.update(admitted=admitted, streams_admitted=streams, retry_after=retry,
+                         detail=detail)
             capacity = admitted
             if retry is None:
                 failed.append(f"capacity probe: {detail} (no Retry-After)")
@@ -729,7 +749,8 @@ def main():
                                  m0.get("verdict_max_waiting_requests", -1))
                 probe["configured"] = configured
                 if configured != admitted:
-                    failed.append(f"capacity probe admitted {admitted}, the flags say {configured}")
+                    failed.append(f"capacity probe: the server held {admitted} requests when it "
+                                  f"refused one, the flags say {configured}")
             time.sleep(1)
             idle = wait_idle(metrics_url, 30) if metrics_url else (time.sleep(5) or 5)
             probe["idle_after_probe_s"] = idle
@@ -809,8 +830,9 @@ def main():
                                                  m_before.get("verdict_generated_tokens_total", 0))
         # Every slot is free again: a leaked request would hold one
         # without showing in the gauges.
-        admitted, _, detail = measure_capacity(host, port, args.model, args.probe_limit,
-                                               args.request_deadline)
+        streams, _, detail, occupied = measure_capacity(
+            host, port, args.model, args.probe_limit, args.request_deadline, metrics_url)
+        admitted = occupied if occupied is not None else streams
         checks["capacity_after"] = admitted
         if admitted != probe.get("admitted", admitted):
             failed.append(f"after the soak the server admits {admitted} requests, not "
