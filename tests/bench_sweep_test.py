@@ -52,8 +52,10 @@ def args(*argv):
 
 
 def report(label, rates, acceptance=None):
+    """Output tok/s is a tenth below each decode rate."""
     return {"label": label, "points": [
-        {"concurrency": c, "decode_tokens_per_s": r, "completed": 4, "failed": 0,
+        {"concurrency": c, "decode_tokens_per_s": r, "output_tokens_per_s": 0.9 * r,
+         "completed": 4, "failed": 0,
          "acceptance_length": acceptance, "verify_tokens_per_step": 6.0 if acceptance else None,
          "ttft_p50_ms": 12.5, "itl_p50_ms": 1.25}
         for c, r in rates.items()]}
@@ -137,6 +139,11 @@ class ComparisonTest(unittest.TestCase):
         self.assertIn("| 1 | 330 | 329 | -0.3% | 120 | -63.6% |", text)
         self.assertIn("| 4 | 1233 | 1146 | -7.1% | 480 | -61.1% |", text)
         self.assertIn("| 128 | 8141 | 9622 | +18.2% | - | - |", text)
+        # Output tok/s in a table of its own, after the decode rates.
+        output = text[text.index("Output tok/s"):]
+        self.assertLess(text.index("Decode tok/s:"), text.index("Output tok/s"))
+        self.assertIn("| 1 | 297 | 296 | -0.3% | 108 | -63.6% |", output)
+        self.assertIn("| 128 | 7327 | 8660 | +18.2% | - | - |", output)
         self.assertIn("| 1 | 3.50 / 6.00, 12.5 / 1.25 | 3.40 / 6.00, 12.5 / 1.25 | "
                       "- / -, 12.5 / 1.25 |", text)
         # The server's own counters: decode steps, plan checks (mismatches),

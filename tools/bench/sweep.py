@@ -355,6 +355,28 @@ def points_by_concurrency(config):
     return {p["concurrency"]: p for p in config.report["points"]}
 
 
+def rate_table(members, base, concurrencies, key):
+    """One row a concurrency, one column a configuration, each beside its
+    change against static at the same TP."""
+    header = ["concurrency"]
+    for c in members:
+        header.append(column_name(c))
+        if base is not None and c is not base:
+            header.append("change")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
+    base_points = points_by_concurrency(base) if base else {}
+    for conc in concurrencies:
+        row = [str(conc)]
+        base_value = base_points.get(conc, {}).get(key)
+        for c in members:
+            value = points_by_concurrency(c).get(conc, {}).get(key)
+            row.append(fmt(value, 0))
+            if base is not None and c is not base:
+                row.append(change(value, base_value))
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
 def comparison_markdown(args, configs):
     lines = ["# verdict sweep", ""]
     lines.append(
@@ -362,32 +384,20 @@ def comparison_markdown(args, configs):
         f"{args.temperature}, prompts {args.prompts}, {args.num_requests or 'four per client'} "
         f"requests per point. Decode tok/s = per-request decode rate (output tokens after the "
         f"first chunk / time after the first chunk), times concurrency; c1 is the single-request "
-        f"decode rate. Change is against static at the same TP.")
+        f"decode rate. A configuration whose requests get their first token sooner and end at "
+        f"the same time reads lower by it; output tok/s (all output tokens over the point's "
+        f"wall time) does not. Change is against static at the same TP.")
     if args.server_args:
         lines.append(f"Server flags of every run: `{args.server_args}`.")
     lines.append("")
     for (tp, overlap), members in groups_of(configs).items():
         title = f"## TP{tp}" + (f", overlap {overlap}" if overlap else "")
-        lines += [title, "", "Decode tok/s:", ""]
         base = next((c for c in members if c.mode == "static"), None)
-        header = ["concurrency"]
-        for c in members:
-            header.append(column_name(c))
-            if base is not None and c is not base:
-                header.append("change")
-        lines.append("| " + " | ".join(header) + " |")
-        lines.append("|" + "---:|" * len(header))
         concurrencies = sorted({k for c in members for k in points_by_concurrency(c)})
-        base_points = points_by_concurrency(base) if base else {}
-        for conc in concurrencies:
-            row = [str(conc)]
-            base_value = base_points.get(conc, {}).get("decode_tokens_per_s")
-            for c in members:
-                value = points_by_concurrency(c).get(conc, {}).get("decode_tokens_per_s")
-                row.append(fmt(value, 0))
-                if base is not None and c is not base:
-                    row.append(change(value, base_value))
-            lines.append("| " + " | ".join(row) + " |")
+        lines += [title, "", "Decode tok/s:", ""]
+        lines += rate_table(members, base, concurrencies, "decode_tokens_per_s")
+        lines += ["", "Output tok/s (the point's output tokens over its wall time):", ""]
+        lines += rate_table(members, base, concurrencies, "output_tokens_per_s")
         lines += ["", "Acceptance length / verify tokens per request and step, "
                   "TTFT p50 / ITL p50 (ms):", ""]
         header = ["concurrency"] + [column_name(c) for c in members]
