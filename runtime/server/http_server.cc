@@ -615,6 +615,14 @@ int HttpServer::Route(mg_connection* conn) {
     mg_disable_keep_alive(conn);
     return SendJson(conn, 400, ErrorBody(400, framing.message()), "Connection: close\r\n");
   }
+  // So is a body announced larger than the limit, before any endpoint or
+  // key check answers without reading it: civetweb, deciding whether such
+  // a connection stays open, adds the announced length to the request's
+  // (a signed overflow for a length near 2^63, after which it would move
+  // its buffer by a negative offset), unless the connection is closing.
+  if (info->content_length > static_cast<long long>(options_.max_body_bytes)) {
+    return RefuseTooLarge(conn);
+  }
 
   if (path == "/health" || path == "/ready") {
     if (!get) return method_not_allowed("GET");
@@ -726,14 +734,7 @@ std::optional<int> HttpServer::ReceiveBody(mg_connection* conn, int socket, std:
     case BodyResult::kOk:
       break;
     case BodyResult::kTooLarge:
-      // The rest of the body is not read; the connection cannot be reused.
-      mg_disable_keep_alive(conn);
-      return SendJson(conn, 413,
-                      ErrorBody(413,
-                                absl::StrCat("the request body is larger than the limit of ",
-                                             options_.max_body_bytes, " bytes"),
-                                "body", "request_too_large"),
-                      "Connection: close\r\n");
+      return RefuseTooLarge(conn);
     case BodyResult::kReadError:
       mg_disable_keep_alive(conn);
       return SendJson(conn, 400,
@@ -742,6 +743,17 @@ std::optional<int> HttpServer::ReceiveBody(mg_connection* conn, int socket, std:
                       "Connection: close\r\n");
   }
   return std::nullopt;
+}
+
+int HttpServer::RefuseTooLarge(mg_connection* conn) {
+  // The rest of the body is not read; the connection cannot be reused.
+  mg_disable_keep_alive(conn);
+  return SendJson(conn, 413,
+                  ErrorBody(413,
+                            absl::StrCat("the request body is larger than the limit of ",
+                                         options_.max_body_bytes, " bytes"),
+                            "body", "request_too_large"),
+                  "Connection: close\r\n");
 }
 
 int HttpServer::HandleTokenizer(mg_connection* conn, bool tokenize) {

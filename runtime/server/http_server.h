@@ -141,6 +141,8 @@ class HttpServer {
   // limit; otherwise answers the client (408, 413 or 400) and returns the
   // status sent. `socket` as for ServeBody.
   std::optional<int> ReceiveBody(mg_connection* conn, int socket, std::string* body);
+  // 413 for a body over --max-body-bytes, and the connection closed.
+  int RefuseTooLarge(mg_connection* conn);
   int ServeStream(mg_connection* conn, const ApiRequest& request, Generation& generation);
   // `socket`: the connection's socket, watched for the client's hang-up
   // (-1: not found, not watched).

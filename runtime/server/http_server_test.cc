@@ -1060,6 +1060,35 @@ TEST_F(HttpServerTest, BodyLimit) {
   EXPECT_TRUE(Healthy());
 }
 
+TEST_F(HttpServerTest, BodyOverTheLimitIsRefusedOnEveryPathAndClosesTheConnection) {
+  // Announced lengths past the limit, up to ones near and beyond 2^63 (which
+  // civetweb reads as 2^63 - 1), on paths that answer without reading a
+  // body: a wrong key, an unknown endpoint, a probe. Each gets 413 and the
+  // connection closes: kept open, civetweb would add the length to the
+  // request's to find the next request.
+  HttpServerOptions options;
+  options.api_key = "sk-secret";
+  options.max_body_bytes = 1024;
+  StartServer(service_, options);
+  for (const char* length : {"1025", "9223372036854775807", "99999999999999999999999"}) {
+    for (const char* head : {"POST /tokenize HTTP/1.1\r\nAuthorization: Bearer nope\r\n",
+                             "POST /v1/nowhere HTTP/1.1\r\n", "GET /health HTTP/1.1\r\n"}) {
+      HttpConnection c(port_);
+      ASSERT_TRUE(c.Send(absl::StrCat(head, "Host: x\r\nContent-Length: ", length,
+                                      "\r\n\r\n{}")));
+      HttpResponse r = c.ReadResponse();
+      EXPECT_EQ(r.status, 413) << head << length;
+      EXPECT_EQ(JsonOf(r)["error"]["code"], "request_too_large") << head << length;
+      EXPECT_EQ(r.headers["connection"], "close") << head << length;
+      EXPECT_FALSE(c.ReadUntil("HTTP/1.1")) << "the connection stayed open: " << head << length;
+    }
+  }
+  EXPECT_EQ(Fetch(port_, "GET", "/health").status, 200);
+  EXPECT_EQ(Fetch(port_, "POST", "/tokenize", R"({"prompt": "x"})",
+                  "Authorization: Bearer sk-secret\r\n").status,
+            200);
+}
+
 TEST_F(HttpServerTest, FullQueueIs429AndShuttingDownEngineIs503) {
   ScriptedGenerationService::Options service_options;
   service_options.max_running = 0;

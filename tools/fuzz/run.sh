@@ -14,7 +14,8 @@
 # (docs/RELIABILITY.md).
 #
 # The build uses an output base of its own, so that the compiler switch does
-# not invalidate the ordinary build's cache.
+# not invalidate the ordinary build's cache. civetweb is built from Debian's
+# source of the packaged version, instrumented too (tools/fuzz/civetweb.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=""
@@ -46,7 +47,17 @@ for n in "${names[@]}"; do targets+=("//tests/fuzz:${n}_fuzzer"); done
 bazel_fuzz=(bazel --output_base="${VERDICT_FUZZ_OUTPUT_BASE:-/tmp/verdict-fuzz-output-base}")
 # No bazel-* links: they would point the checkout's links at this output
 # base, and `bazel test //...` would then walk into it.
-"${bazel_fuzz[@]}" build --config=fuzz --symlink_prefix=/ "${targets[@]}"
+# civetweb from source, instrumented, so that its request parser guides the
+# HTTP targets; without it (no network, say) they fuzz against the system's
+# uninstrumented library, as the message says.
+civetweb_opts=()
+if civetweb_lib=$(tools/fuzz/civetweb.sh); then
+  civetweb_opts=(--linkopt=-L"$civetweb_lib")
+  echo "fuzz: civetweb instrumented, from $civetweb_lib"
+else
+  echo "fuzz: civetweb could not be built from source; the HTTP targets link the system's uninstrumented library" >&2
+fi
+"${bazel_fuzz[@]}" build --config=fuzz --symlink_prefix=/ "${civetweb_opts[@]}" "${targets[@]}"
 bin=$("${bazel_fuzz[@]}" info --config=fuzz bazel-bin 2>/dev/null)
 
 status=0
