@@ -22,6 +22,7 @@ packages=(
   prometheus             # promtool and the server, for the monitoring tests
   python3 python3-venv   # end-to-end tests drive the server with Python clients
   clang libclang-rt-14-dev  # tools/fuzz/run.sh: libFuzzer and the sanitizers
+  cmake curl ca-certificates patch xz-utils  # tools/fuzz/civetweb.sh: civetweb from Debian's source
 )
 
 missing=()
