@@ -184,6 +184,23 @@ TEST(HfTokenizerTest, StreamingLongRunsReadEachIdAFewTimes) {
   }
 }
 
+TEST(HfTokenizerTest, StreamingTextDecodesAFewIdsPerId) {
+  // While text flows, each id is decoded with the one emitted before it:
+  // about four ids decoded per id streamed (the window, the window with the
+  // new id, and the new id as the next window's start).
+  std::string text;
+  for (int i = 0; i < 20; ++i) text += "The quick brown fox jumps over the lazy dog, again. ";
+  for (const char* name : {"gpt2", "qwen2", "llama3", "metaspace", "metaspace_split"}) {
+    std::unique_ptr<HfTokenizer> hf = Fixture(name);
+    ASSERT_NE(hf, nullptr);
+    absl::StatusOr<std::vector<int32_t>> ids = hf->Encode(text, false);
+    ASSERT_TRUE(ids.ok());
+    DecodeCountingTokenizer counting(hf.get());
+    EXPECT_EQ(Stream(counting, *ids), *hf->Decode(*ids)) << name;
+    EXPECT_LE(counting.decoded_ids(), 6u * ids->size()) << name;
+  }
+}
+
 TEST(HfTokenizerTest, StreamingAfterAContext) {
   std::unique_ptr<HfTokenizer> t = Fixture("metaspace");
   ASSERT_NE(t, nullptr);

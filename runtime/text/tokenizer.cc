@@ -1,5 +1,6 @@
 #include "runtime/text/tokenizer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -194,13 +195,16 @@ absl::StatusOr<std::string> IncrementalDetokenizer::Emit(bool final) {
 absl::StatusOr<size_t> IncrementalDetokenizer::NextWindowStart(size_t emitted_from) const {
   // The next window starts at emitted ids that decode to text on their own:
   // a window whose emitted ids decode to nothing (special tokens, a lone
-  // Metaspace "▁" that a decoder drops at the start of a text)
-  // would lose the leading space of the text that follows. Of those starts,
-  // the last few ids are enough and keep each decode short; the ids just
-  // emitted come next; else the window keeps its start.
+  // Metaspace "▁" that a decoder drops at the start of a text) would lose
+  // the leading space of the text that follows. The ids just emitted are
+  // the usual start (one id a token while text flows); of a long emission
+  // the last few ids are enough and keep the next decodes short; else the
+  // window keeps its start.
   absl::Span<const int32_t> all(ids_);
   const size_t end = read_offset_;
-  for (size_t start : {end > kContextWindow ? end - kContextWindow : 0, emitted_from}) {
+  const size_t last_few = end > kContextWindow ? end - kContextWindow : 0;
+  const size_t first = std::max(emitted_from, last_few);
+  for (size_t start : {first, std::min(emitted_from, last_few)}) {
     if (start < prefix_offset_) continue;  // never behind the current start
     absl::StatusOr<std::string> text = tokenizer_->Decode(all.subspan(start, end - start));
     if (!text.ok()) return text.status();
