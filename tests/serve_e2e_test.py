@@ -307,6 +307,20 @@ def main():
             else:
                 print("PASS the bundled models are found from /, and their absence names --model")
 
+        # 0b'. Server flags out of range end the server with a message that
+        # names them, before it listens.
+        for flag in ("--max-body-bytes=0", "--max-body-bytes=-1", "--header-timeout=0"):
+            refused = subprocess.run([binary, "serve", flag, f"--port={free_port()}",
+                                      f"--metrics-port={free_port()}"],
+                                     capture_output=True, text=True, timeout=120)
+            name = flag.split("=")[0]
+            if refused.returncode != 1 or name not in refused.stderr.splitlines()[-1]:
+                failures += 1
+                print(f"FAIL verdict serve {flag}: exit {refused.returncode}, "
+                      f"{refused.stderr[-300:]}")
+            else:
+                print(f"PASS verdict serve {flag} is refused, naming {name}")
+
         # 0c. The tokenizer's endpoints and the CLI, on the bundled target.
         failures += check_tokenizer_endpoints(port, binary, "models/target", log_path)
 

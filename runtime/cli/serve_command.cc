@@ -302,16 +302,17 @@ int RunServeCommand(absl::Span<char* const> positional) {
   http.host = absl::GetFlag(FLAGS_host);
   http.port = absl::GetFlag(FLAGS_port);
   http.api_key = absl::GetFlag(FLAGS_api_key);
-  http.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
+  const int64_t max_body_bytes = absl::GetFlag(FLAGS_max_body_bytes);
+  http.max_body_bytes = static_cast<size_t>(std::max<int64_t>(max_body_bytes, 0));
   http.head_timeout = absl::Seconds(absl::GetFlag(FLAGS_header_timeout));
   http.body_timeout = absl::Seconds(absl::GetFlag(FLAGS_body_timeout));
   http.max_connections = absl::GetFlag(FLAGS_max_connections);
   http.max_connections_per_client = absl::GetFlag(FLAGS_max_connections_per_client);
   if (http.head_timeout <= absl::ZeroDuration() || http.body_timeout <= absl::ZeroDuration() ||
-      http.max_connections < 0 || http.max_connections_per_client < 0) {
+      max_body_bytes <= 0 || http.max_connections < 0 || http.max_connections_per_client < 0) {
     std::fprintf(stderr,
-                 "verdict serve: --header-timeout and --body-timeout must be positive, "
-                 "--max-connections and --max-connections-per-client at least 0\n");
+                 "verdict serve: --header-timeout, --body-timeout and --max-body-bytes must be "
+                 "positive, --max-connections and --max-connections-per-client at least 0\n");
     engine.Shutdown();
     loop.join();
     return 1;
