@@ -26,25 +26,34 @@ StopReason StopChecker::Append(int32_t token_id, const std::string& text_delta) 
   } else if (Contains(conditions_.stop_token_ids, token_id)) {
     reason_ = StopReason::kStopToken;
   } else {
-    // Only a match that ends inside the new text can be new: search from
-    // max_stop_length_ - 1 bytes before it.
-    const size_t old_size = text_.size();
-    text_ += text_delta;
-    const size_t from = old_size >= max_stop_length_ ? old_size - max_stop_length_ + 1 : 0;
-    size_t first_match = std::string::npos;
-    for (const std::string& stop : conditions_.stop_strings) {
-      const size_t at = text_.find(stop, from);
-      if (at != std::string::npos) first_match = std::min(first_match, at);
-    }
-    if (first_match != std::string::npos) {
-      text_.resize(std::max(first_match, emitted_));
-      reason_ = StopReason::kStopString;
-    }
+    AppendText(text_delta);
   }
   if (reason_ == StopReason::kNone && num_tokens_ >= conditions_.max_tokens) {
     reason_ = StopReason::kLength;
   }
   return reason_;
+}
+
+void StopChecker::AppendFinalText(const std::string& text) {
+  if (reason_ == StopReason::kStopString) return;
+  AppendText(text);
+}
+
+void StopChecker::AppendText(const std::string& text) {
+  // Only a match that ends inside the new text can be new: search from
+  // max_stop_length_ - 1 bytes before it.
+  const size_t old_size = text_.size();
+  text_ += text;
+  const size_t from = old_size >= max_stop_length_ ? old_size - max_stop_length_ + 1 : 0;
+  size_t first_match = std::string::npos;
+  for (const std::string& stop : conditions_.stop_strings) {
+    const size_t at = text_.find(stop, from);
+    if (at != std::string::npos) first_match = std::min(first_match, at);
+  }
+  if (first_match != std::string::npos) {
+    text_.resize(std::max(first_match, emitted_));
+    reason_ = StopReason::kStopString;
+  }
 }
 
 size_t StopChecker::HeldBackLength() const {

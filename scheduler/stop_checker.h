@@ -35,6 +35,11 @@ class StopChecker {
   // return the same reason. A stop token or EOS contributes no text.
   StopReason Append(int32_t token_id, const std::string& text_delta);
 
+  // The text a generation's detokenizer still held when the generation
+  // ended (IncrementalDetokenizer::Finish): part of the output unless a
+  // stop string already ended it; a stop string inside it ends it there.
+  void AppendFinalText(const std::string& text);
+
   StopReason reason() const { return reason_; }
   const StopConditions& conditions() const { return conditions_; }
   int num_tokens() const { return num_tokens_; }
@@ -45,6 +50,9 @@ class StopChecker {
   std::string TakeEmittableText();
 
  private:
+  // Adds generated text, ending the output at the first stop string that
+  // the new text completes.
+  void AppendText(const std::string& text);
   // Length of the longest suffix of text_ that is a proper prefix of some
   // stop string (text that might still become a stop).
   size_t HeldBackLength() const;

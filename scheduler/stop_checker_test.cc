@@ -92,6 +92,33 @@ TEST(StopCheckerTest, StopStringInsideOneTokenDropsTheRestOfTheToken) {
 }
 
 // A stop string matched at the limit token wins over the length reason.
+TEST(StopCheckerTest, FinalTextJoinsTheOutputUnlessAStopStringEndedIt) {
+  // Text the detokenizer held until the generation ended (here: the
+  // length limit, then EOS) is output; a stop string inside it cuts it.
+  StopConditions c = Conditions();
+  c.max_tokens = 2;
+  c.stop_strings = {"END"};
+  StopChecker length(c);
+  EXPECT_EQ(length.Append(10, "ab"), StopReason::kNone);
+  EXPECT_EQ(length.Append(11, ""), StopReason::kLength);
+  length.AppendFinalText("cd");
+  EXPECT_EQ(length.reason(), StopReason::kLength);
+  EXPECT_EQ(length.TakeEmittableText(), "abcd");
+
+  StopChecker eos(c);
+  EXPECT_EQ(eos.Append(10, "ab"), StopReason::kNone);
+  EXPECT_EQ(eos.Append(2, ""), StopReason::kEos);
+  eos.AppendFinalText("cEND and more");
+  EXPECT_EQ(eos.reason(), StopReason::kStopString);
+  EXPECT_EQ(eos.TakeEmittableText(), "abc");
+
+  StopChecker stopped(c);
+  EXPECT_EQ(stopped.Append(10, "xEN"), StopReason::kNone);
+  EXPECT_EQ(stopped.Append(11, "Dy"), StopReason::kStopString);
+  stopped.AppendFinalText("zz");
+  EXPECT_EQ(stopped.TakeEmittableText(), "x");
+}
+
 TEST(StopCheckerTest, StopStringOnLastAllowedTokenReportsStopString) {
   StopConditions c = Conditions();
   c.max_tokens = 2;

@@ -285,6 +285,12 @@ bool Engine::Commit(Request& r, const std::vector<int32_t>& tokens,
     Emit(r, std::move(emitted), std::move(emitted_logprobs), false, FinishReason::kNone, "");
     return false;
   }
+  // What the detokenizer still holds (a byte run, a partial character, a
+  // long run it decodes only now and then) is part of the text, as in a
+  // whole decode of the tokens.
+  if (absl::StatusOr<std::string> rest = r.detokenizer->Finish(); rest.ok()) {
+    r.stop->AppendFinalText(*rest);
+  }
   // Carry the finishing tokens in the final event (Finish emits it).
   r.usage.completion_tokens = static_cast<int>(r.num_generated());
   r.unsent_tokens = std::move(emitted);

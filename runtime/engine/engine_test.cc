@@ -499,6 +499,44 @@ TEST_F(EngineTest, SameSeedSameSampledOutput) {
   EXPECT_NE(runs[0], runs[1]);
 }
 
+// A request's text is the decode of its tokens, including what the
+// detokenizer still held when the request ended: sampled at a temperature
+// that makes every id about as likely, outputs end in byte pieces and
+// partial characters.
+TEST_F(EngineTest, TextIsTheDecodeOfTheTokens) {
+  LocalCommunicator comm;
+  std::unique_ptr<Engine> engine = MakeEngine(&comm, EngineOptions());
+  ASSERT_NE(engine, nullptr);
+  EngineHarness harness(engine.get());
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 64; ++i) {
+    requests.push_back(TextRequest(*engine, "t" + std::to_string(i), kPrompts[i % 4], 1 + i % 17,
+                                   100.0f, 500 + i));
+    requests.back().params.ignore_eos = true;
+  }
+  int held_at_the_end = 0;
+  const std::vector<CollectedOutput> outputs = harness.GenerateAll(requests);
+  ASSERT_EQ(outputs.size(), requests.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    // The prompt's text, then the output's (its first space included).
+    const std::vector<int32_t>& prompt = requests[i].prompt_token_ids;
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), outputs[i].token_ids.begin(), outputs[i].token_ids.end());
+    absl::StatusOr<std::string> prompt_text = engine->tokenizer().Decode(prompt);
+    absl::StatusOr<std::string> whole = engine->tokenizer().Decode(all);
+    ASSERT_TRUE(prompt_text.ok() && whole.ok());
+    ASSERT_EQ(whole->compare(0, prompt_text->size(), *prompt_text), 0);
+    const std::string text = whole->substr(prompt_text->size());
+    EXPECT_EQ(outputs[i].text, text) << i;
+    IncrementalDetokenizer appended(&engine->tokenizer(), prompt);
+    std::string streamed;
+    for (int32_t id : outputs[i].token_ids) streamed += *appended.Append(id);
+    held_at_the_end += streamed != text;
+  }
+  // The case this test is for happened.
+  EXPECT_GT(held_at_the_end, 0);
+}
+
 // The prompt rows the planners price into a step's verify are the rows its
 // verify forward reads: under in-step prefill, every prompt but its last
 // token, in the step of the request's first verify, with overlap on and off

@@ -332,10 +332,7 @@ absl::StatusOr<std::string> HfTokenizer::Decode(absl::Span<const int32_t> ids,
       return absl::InvalidArgumentError(
           absl::StrCat("token id ", id, " outside the vocabulary (", vocab_size_, ")"));
     }
-    if (skip_special_tokens) {
-      auto it = added_by_id_.find(id);
-      if (it != added_by_id_.end() && it->second.special) continue;
-    }
+    if (skip_special_tokens && IsSkippedInDecode(id)) continue;
     tokens.push_back(*token);
   }
   if (decoder_ == nullptr) {
@@ -359,6 +356,11 @@ std::string HfTokenizer::IdToPiece(int32_t id) const {
 
 bool HfTokenizer::IsBytePiece(int32_t id) const {
   return id >= 0 && id < static_cast<int32_t>(byte_piece_.size()) && byte_piece_[id];
+}
+
+bool HfTokenizer::IsSkippedInDecode(int32_t id) const {
+  auto it = added_by_id_.find(id);
+  return it != added_by_id_.end() && it->second.special;
 }
 
 std::vector<int32_t> HfTokenizer::special_token_ids() const {

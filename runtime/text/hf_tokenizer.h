@@ -55,6 +55,7 @@ class HfTokenizer : public Tokenizer {
   int eos_id() const override { return eos_id_; }
   std::string IdToPiece(int32_t id) const override;
   bool IsBytePiece(int32_t id) const override;
+  bool IsSkippedInDecode(int32_t id) const override;
 
   // The added tokens' ids that are special (BOS, EOS, chat markers, ...).
   std::vector<int32_t> special_token_ids() const;

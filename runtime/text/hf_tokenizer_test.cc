@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -126,6 +127,7 @@ class DecodeCountingTokenizer : public Tokenizer {
   int eos_id() const override { return inner_->eos_id(); }
   std::string IdToPiece(int32_t id) const override { return inner_->IdToPiece(id); }
   bool IsBytePiece(int32_t id) const override { return inner_->IsBytePiece(id); }
+  bool IsSkippedInDecode(int32_t id) const override { return inner_->IsSkippedInDecode(id); }
   size_t decoded_ids() const { return decoded_ids_; }
 
  private:
@@ -198,6 +200,48 @@ TEST(HfTokenizerTest, StreamingTextDecodesAFewIdsPerId) {
     DecodeCountingTokenizer counting(hf.get());
     EXPECT_EQ(Stream(counting, *ids), *hf->Decode(*ids)) << name;
     EXPECT_LE(counting.decoded_ids(), 6u * ids->size()) << name;
+  }
+}
+
+TEST(HfTokenizerTest, ByteRunsJoinedAcrossSkippedSpecialTokensStreamAsTheyDecode) {
+  // Decode drops special tokens before ByteFallback, so the byte pieces on
+  // both sides of one form a single run: valid bytes make characters,
+  // invalid ones make one U+FFFD each, whatever the window saw before.
+  std::unique_ptr<HfTokenizer> t = Fixture("metaspace");
+  ASSERT_NE(t, nullptr);
+  const int32_t eos = t->eos_id();
+  ASSERT_TRUE(t->IsSkippedInDecode(eos));
+  auto bytes = [&](std::initializer_list<int> values) {
+    std::vector<int32_t> ids;
+    for (int v : values) {
+      const int32_t id = IdWithPiece(*t, absl::StrFormat("<0x%02X>", v));
+      EXPECT_TRUE(id >= 0 && t->IsBytePiece(id)) << v;
+      ids.push_back(id);
+    }
+    return ids;
+  };
+  const int32_t the = IdWithPiece(*t, "\xE2\x96\x81the");
+  ASSERT_GE(the, 0);
+  std::vector<std::vector<int32_t>> cases;
+  // \xE4\xB8\xAD\xE6\x96\x87, a special token, \xE5\xAD\x97, " the".
+  std::vector<int32_t> ids = bytes({0xE4, 0xB8, 0xAD, 0xE6, 0x96, 0x87});
+  ids.push_back(eos);
+  for (int32_t id : bytes({0xE5, 0xAD, 0x97})) ids.push_back(id);
+  ids.push_back(the);
+  cases.push_back(ids);
+  // A special token inside a run of bytes that are no character.
+  ids = bytes({0x45});
+  ids.push_back(eos);
+  for (int32_t id : bytes({0x9F})) ids.push_back(id);
+  ids.push_back(the);
+  cases.push_back(ids);
+  for (const std::vector<int32_t>& c : cases) {
+    for (const std::vector<int32_t>& context : {std::vector<int32_t>{}, *t->Encode("the fox", true)}) {
+      std::vector<int32_t> all = context;
+      all.insert(all.end(), c.begin(), c.end());
+      const std::string streamed = Stream(*t, c, context);
+      EXPECT_EQ(*t->Decode(context) + streamed, *t->Decode(all));
+    }
   }
 }
 

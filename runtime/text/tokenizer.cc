@@ -138,20 +138,29 @@ absl::StatusOr<std::string> IncrementalDetokenizer::Append(int32_t id) {
   // tokenizer). Those ids have no text.
   if (id >= tokenizer_->vocab_size()) return std::string();
   ids_.push_back(id);
+  TrackByteRun(id);
   return Emit(/*final=*/false);
+}
+
+void IncrementalDetokenizer::TrackByteRun(int32_t id) {
+  run_just_ended_ = false;
+  if (tokenizer_->IsSkippedInDecode(id)) return;
+  const bool byte = tokenizer_->IsBytePiece(id);
+  run_just_ended_ = open_bytes_ && !byte;
+  open_bytes_ = byte;
 }
 
 absl::StatusOr<std::string> IncrementalDetokenizer::Finish() { return Emit(/*final=*/true); }
 
 bool IncrementalDetokenizer::WorthDecoding() const {
-  // A run of byte pieces decodes whole (IsBytePiece): nothing can be
-  // emitted before an id ends it, so there is nothing to decode yet.
-  if (tokenizer_->IsBytePiece(ids_.back())) return false;
+  // A run of byte pieces decodes whole (IsBytePiece), skipped ids between
+  // them included: nothing can be emitted before an id ends it, so there
+  // is nothing to decode yet.
+  if (open_bytes_) return false;
   const size_t held = ids_.size() - read_offset_;
   // A character spans at most four ids, so short holds are checked at
   // every id; the id that ends a byte run is always checked.
-  if (held <= kHeldIdsAlwaysDecoded) return true;
-  if (tokenizer_->IsBytePiece(ids_[ids_.size() - 2])) return true;
+  if (held <= kHeldIdsAlwaysDecoded || run_just_ended_) return true;
   // A longer hold is a run that adds no text (skipped special tokens) or
   // bytes that are no character (U+FFFD): re-decoding the whole hold at
   // every such id costs O(n^2) over a run of n. It is decoded again when
@@ -196,16 +205,21 @@ absl::StatusOr<size_t> IncrementalDetokenizer::NextWindowStart(size_t emitted_fr
   // The next window starts at emitted ids that decode to text on their own:
   // a window whose emitted ids decode to nothing (special tokens, a lone
   // Metaspace "▁" that a decoder drops at the start of a text) would lose
-  // the leading space of the text that follows. The ids just emitted are
-  // the usual start (one id a token while text flows); of a long emission
-  // the last few ids are enough and keep the next decodes short; else the
-  // window keeps its start.
+  // the leading space of the text that follows. Nor may it start inside a
+  // run of byte pieces, whose bytes decode together. The ids just emitted
+  // are the usual start (one id a token while text flows); of a long
+  // emission the last few ids are enough and keep the next decodes short;
+  // else the window keeps its start.
   absl::Span<const int32_t> all(ids_);
   const size_t end = read_offset_;
   const size_t last_few = end > kContextWindow ? end - kContextWindow : 0;
-  const size_t first = std::max(emitted_from, last_few);
-  for (size_t start : {first, std::min(emitted_from, last_few)}) {
-    if (start < prefix_offset_) continue;  // never behind the current start
+  for (size_t start : {std::max(emitted_from, last_few), std::min(emitted_from, last_few)}) {
+    // The first id from `start` on that a run of byte pieces cannot span.
+    while (start < end && (tokenizer_->IsBytePiece(ids_[start]) ||
+                           tokenizer_->IsSkippedInDecode(ids_[start]))) {
+      ++start;
+    }
+    if (start >= end || start < prefix_offset_) continue;  // never behind the current start
     absl::StatusOr<std::string> text = tokenizer_->Decode(all.subspan(start, end - start));
     if (!text.ok()) return text.status();
     if (!text->empty()) return start;

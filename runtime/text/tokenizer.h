@@ -42,6 +42,9 @@ class Tokenizer {
   // the bytes are valid UTF-8 and to one U+FFFD per byte otherwise, so
   // streaming holds such a run back until an id ends it.
   virtual bool IsBytePiece(int32_t id) const { return false; }
+  // Whether Decode drops `id` before its decoders run (special tokens): it
+  // adds no text and does not end a run of byte pieces around it.
+  virtual bool IsSkippedInDecode(int32_t id) const { return false; }
 };
 
 // A SentencePiece `tokenizer.model` (BPE or unigram, with byte fallback).
@@ -96,8 +99,14 @@ class IncrementalDetokenizer {
   // were emitted.
   absl::StatusOr<size_t> NextWindowStart(size_t emitted_from) const;
 
+  // Whether the last id that Decode keeps is a byte piece (a run still
+  // open), and whether the id just appended ended such a run.
+  void TrackByteRun(int32_t id);
+
   const Tokenizer* tokenizer_;
   std::vector<int32_t> ids_;
+  bool open_bytes_ = false;
+  bool run_just_ended_ = false;
   size_t prefix_offset_ = 0;  // start of the decode window
   size_t read_offset_ = 0;    // ids before this are already emitted
 };
