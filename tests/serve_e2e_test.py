@@ -314,7 +314,8 @@ def main():
                                       f"--metrics-port={free_port()}"],
                                      capture_output=True, text=True, timeout=120)
             name = flag.split("=")[0]
-            if refused.returncode != 1 or name not in refused.stderr.splitlines()[-1]:
+            last_line = (refused.stderr.splitlines() or [""])[-1]
+            if refused.returncode != 1 or name not in last_line:
                 failures += 1
                 print(f"FAIL verdict serve {flag}: exit {refused.returncode}, "
                       f"{refused.stderr[-300:]}")

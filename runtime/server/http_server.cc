@@ -84,7 +84,12 @@ enum class BodyResult { kOk, kTooLarge, kReadError };
 BodyResult ReadBody(mg_connection* conn, size_t limit, std::string* body) {
   const mg_request_info* info = mg_get_request_info(conn);
   if (info->content_length > static_cast<long long>(limit)) return BodyResult::kTooLarge;
-  if (info->content_length >= 0) body->reserve(static_cast<size_t>(info->content_length));
+  // Reserved up to 1 MiB: the announced length is the client's word, and
+  // the bytes may never come.
+  constexpr long long kMostReserved = 1 << 20;
+  if (info->content_length >= 0) {
+    body->reserve(static_cast<size_t>(std::min(info->content_length, kMostReserved)));
+  }
   char buf[16384];
   for (;;) {
     int n = mg_read(conn, buf, sizeof(buf));

@@ -28,9 +28,13 @@ mkdir -p "$cache"
 for f in "${!sha256[@]}"; do
   if [[ ! -f "$cache/$f" ]]; then
     curl -fsSL --retry 3 -o "$cache/$f.part" "$pool/$f" >&2
+    # Only a file with the archive's checksum enters the cache.
+    if ! echo "${sha256[$f]}  $cache/$f.part" | sha256sum --quiet -c - >&2; then
+      rm -f "$cache/$f.part"
+      exit 1
+    fi
     mv "$cache/$f.part" "$cache/$f"
   fi
-  echo "${sha256[$f]}  $cache/$f" | sha256sum --quiet -c - >&2
 done
 src="$cache/src"
 rm -rf "$src" "$cache/build"
@@ -49,5 +53,7 @@ cmake -S "$src" -B "$cache/build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=No
   -DCIVETWEB_ENABLE_SERVER_EXECUTABLE=OFF -DCIVETWEB_INSTALL_EXECUTABLE=OFF > "$cache/cmake.log" 2>&1
 cmake --build "$cache/build" --target civetweb-c-library -j "$(nproc)" > "$cache/build.log" 2>&1
 mkdir -p "$lib"
-cp "$(find "$cache/build" -name 'libcivetweb.a' | head -1)" "$lib/libcivetweb.a"
+# Copied under another name first: the archive's presence means it is whole.
+cp "$(find "$cache/build" -name 'libcivetweb.a' | head -1)" "$lib/libcivetweb.a.part"
+mv "$lib/libcivetweb.a.part" "$lib/libcivetweb.a"
 echo "$lib"

@@ -567,14 +567,15 @@ def measure_capacity(host, port, model, limit, deadline_s, metrics_url=None):
 
 
 def occupancy(metrics_url):
-    """The most of running + waiting over three reads of the gauges (each
-    is set after an engine iteration, so one read can lag), or None."""
+    """The most of running + waiting over three reads of the gauges half a
+    second apart (each is set after an engine iteration, so one read can
+    lag, as in wait_idle), or None."""
     best = None
     for _ in range(3):
         running, waiting = gauges(metrics(metrics_url))
         if running is not None and waiting is not None:
             best = max(best or 0, int(running + waiting))
-        time.sleep(0.1)
+        time.sleep(0.5)
     return best
 
 
