@@ -2,11 +2,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -241,6 +243,54 @@ TEST(HfTokenizerTest, ByteRunsJoinedAcrossSkippedSpecialTokensStreamAsTheyDecode
       all.insert(all.end(), c.begin(), c.end());
       const std::string streamed = Stream(*t, c, context);
       EXPECT_EQ(*t->Decode(context) + streamed, *t->Decode(all));
+    }
+  }
+}
+
+TEST(HfTokenizerTest, StreamingEqualsTheWholeDecodeOnRandomIds) {
+  // Random sequences weighted toward the ids that make streaming hard
+  // (special tokens, byte pieces, ids that decode alone to U+FFFD or to
+  // nothing, a lone "\u2581"), with ordinary text between them, with and
+  // without a context: what streams is what a whole decode gives.
+  constexpr int kSequences = 2000;
+  for (const char* name : {"gpt2", "qwen2", "llama3", "metaspace", "metaspace_split"}) {
+    std::unique_ptr<HfTokenizer> t = Fixture(name);
+    ASSERT_NE(t, nullptr);
+    std::vector<int32_t> hard;
+    for (int32_t id = 0; id < t->vocab_size(); ++id) {
+      const std::string own = *t->Decode({id});
+      if (own.empty() || absl::StrContains(own, "\xEF\xBF\xBD") || t->IsBytePiece(id) ||
+          t->IdToPiece(id) == "\xE2\x96\x81") {
+        hard.push_back(id);
+      }
+    }
+    const std::vector<int32_t> words =
+        *t->Encode(" the quick brown fox \xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x98\x80 caf\xC3\xA9  x\n\n y",
+                   false);
+    const std::vector<int32_t> context = *t->Encode("Hello there", false);
+    std::mt19937 rng(1234);
+    for (int n = 0; n < kSequences; ++n) {
+      std::vector<int32_t> ids;
+      const int length = 5 + static_cast<int>(rng() % 60);
+      for (int k = 0; k < length; ++k) {
+        const uint32_t kind = rng() % 10;
+        if (kind < 6) {
+          ids.push_back(hard[rng() % hard.size()]);
+        } else if (kind < 9) {
+          ids.push_back(words[rng() % words.size()]);
+        } else {
+          ids.push_back(static_cast<int32_t>(rng() % t->vocab_size()));
+        }
+      }
+      const bool with_context = n % 2 == 1;
+      std::vector<int32_t> all = with_context ? context : std::vector<int32_t>();
+      const std::string before = *t->Decode(all);
+      all.insert(all.end(), ids.begin(), ids.end());
+      const std::string whole = *t->Decode(all);
+      ASSERT_EQ(whole.compare(0, before.size(), before), 0) << name;
+      const std::string streamed =
+          Stream(*t, ids, with_context ? absl::MakeConstSpan(context) : absl::Span<const int32_t>());
+      ASSERT_EQ(streamed, whole.substr(before.size())) << name << ", sequence " << n;
     }
   }
 }
