@@ -93,30 +93,32 @@ TEST(StopCheckerTest, StopStringInsideOneTokenDropsTheRestOfTheToken) {
 
 // A stop string matched at the limit token wins over the length reason.
 TEST(StopCheckerTest, FinalTextJoinsTheOutputUnlessAStopStringEndedIt) {
-  // Text the detokenizer held until the generation ended (here: the
-  // length limit, then EOS) is output; a stop string inside it cuts it.
-  StopConditions c = Conditions();
-  c.max_tokens = 2;
-  c.stop_strings = {"END"};
-  StopChecker length(c);
-  EXPECT_EQ(length.Append(10, "ab"), StopReason::kNone);
-  EXPECT_EQ(length.Append(11, ""), StopReason::kLength);
-  length.AppendFinalText("cd");
-  EXPECT_EQ(length.reason(), StopReason::kLength);
-  EXPECT_EQ(length.TakeEmittableText(), "abcd");
-
-  StopChecker eos(c);
-  EXPECT_EQ(eos.Append(10, "ab"), StopReason::kNone);
-  EXPECT_EQ(eos.Append(2, ""), StopReason::kEos);
-  eos.AppendFinalText("cEND and more");
-  EXPECT_EQ(eos.reason(), StopReason::kStopString);
-  EXPECT_EQ(eos.TakeEmittableText(), "abc");
-
-  StopChecker stopped(c);
-  EXPECT_EQ(stopped.Append(10, "xEN"), StopReason::kNone);
-  EXPECT_EQ(stopped.Append(11, "Dy"), StopReason::kStopString);
-  stopped.AppendFinalText("zz");
-  EXPECT_EQ(stopped.TakeEmittableText(), "x");
+  // Text the detokenizer held until the generation ended is output; a stop
+  // string inside it cuts it; after a stop string nothing more joins.
+  struct Case {
+    int32_t last_token;
+    std::string last_text;
+    StopReason ended;
+    std::string final_text;
+    StopReason reason;
+    std::string output;
+  };
+  const Case cases[] = {
+      {11, "", StopReason::kLength, "cd", StopReason::kLength, "abcd"},
+      {2, "", StopReason::kEos, "cEND and more", StopReason::kStopString, "abc"},
+      {11, "EN", StopReason::kStopString, "zz", StopReason::kStopString, "a"},
+  };
+  for (const Case& t : cases) {
+    StopConditions c = Conditions();
+    c.max_tokens = 2;
+    c.stop_strings = {"END", "bEN"};
+    StopChecker checker(c);
+    EXPECT_EQ(checker.Append(10, "ab"), StopReason::kNone);
+    EXPECT_EQ(checker.Append(t.last_token, t.last_text), t.ended) << t.final_text;
+    checker.AppendFinalText(t.final_text);
+    EXPECT_EQ(checker.reason(), t.reason) << t.final_text;
+    EXPECT_EQ(checker.TakeEmittableText(), t.output) << t.final_text;
+  }
 }
 
 TEST(StopCheckerTest, StopStringOnLastAllowedTokenReportsStopString) {
