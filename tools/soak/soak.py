@@ -532,11 +532,12 @@ def wait_idle(metrics_url, seconds):
 
 def measure_capacity(host, port, model, limit, deadline_s, metrics_url=None):
     """Opens long streams one at a time until one gets 429; returns
-    (admitted, retry_after_of_the_429 or None, detail, occupied). `occupied`
+    (admitted, streams, retry_after_of_the_429 or None, detail). `admitted`
     is running + waiting in the server's gauges right after the 429, with
-    the streams still held (None without metrics): on a fast backend some
-    of the first streams end while the probe is still opening the rest, so
-    `admitted` can exceed what the server holds at once."""
+    the streams still held, or `streams` without metrics: on a fast backend
+    some of the first streams end while the probe is still opening the
+    rest, so `streams`, the streams it opened, can exceed what the server
+    holds at once."""
     held = []
     occupied = None
     body = {"model": model, "prompt": "It was a dark", "max_tokens": 900, "ignore_eos": True,
@@ -563,7 +564,8 @@ def measure_capacity(host, port, model, limit, deadline_s, metrics_url=None):
     finally:
         for conn in held:
             conn.close()
-    return result + (occupied,)
+    streams, retry, detail = result
+    return (occupied if occupied is not None else streams), streams, retry, detail
 
 
 def occupancy(metrics_url):
@@ -737,9 +739,8 @@ def main():
             capacity = args.concurrency
             probe["given"] = capacity
         else:
-            streams, retry, detail, occupied = measure_capacity(
+            admitted, streams, retry, detail = measure_capacity(
                 host, port, args.model, args.probe_limit, args.request_deadline, metrics_url)
-            admitted = occupied if occupied is not None else streams
             probe.update(admitted=admitted, streams_admitted=streams, retry_after=retry,
                          detail=detail)
             capacity = admitted
@@ -831,9 +832,8 @@ def main():
                                                  m_before.get("verdict_generated_tokens_total", 0))
         # Every slot is free again: a leaked request would hold one
         # without showing in the gauges.
-        streams, _, detail, occupied = measure_capacity(
+        admitted, _, _, detail = measure_capacity(
             host, port, args.model, args.probe_limit, args.request_deadline, metrics_url)
-        admitted = occupied if occupied is not None else streams
         checks["capacity_after"] = admitted
         if admitted != probe.get("admitted", admitted):
             failed.append(f"after the soak the server admits {admitted} requests, not "
