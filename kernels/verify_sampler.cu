@@ -207,6 +207,7 @@ struct Broadcast {
   int32_t mode;  // 0: decided; 1: residual race; 2: race over q
   bool raw;
   int32_t race_id;
+  int32_t q_tile;  // the winning tile of a race over all of q (see the mass)
   int32_t bad_p;
   bool is_last;
   unsigned long long final_key;
@@ -251,9 +252,8 @@ __device__ __forceinline__ unsigned long long WarpSumU64(unsigned long long v) {
   return v;
 }
 
-// Block reductions; the result is valid in thread 0. They end with a
-// barrier so the scratch can be reused at once.
-__device__ void BlockRaceBest(float* key, int32_t* id, Scratch& s) {
+// The race's best (key, id) over a warp: every lane holds it.
+__device__ __forceinline__ void WarpRaceBest(float* key, int32_t* id) {
   for (int o = 16; o > 0; o >>= 1) {
     const float ok = __shfl_xor_sync(0xFFFFFFFFu, *key, o);
     const int32_t oid = __shfl_xor_sync(0xFFFFFFFFu, *id, o);
@@ -262,6 +262,12 @@ __device__ void BlockRaceBest(float* key, int32_t* id, Scratch& s) {
       *id = oid;
     }
   }
+}
+
+// Block reductions; the result is valid in thread 0. They end with a
+// barrier so the scratch can be reused at once.
+__device__ void BlockRaceBest(float* key, int32_t* id, Scratch& s) {
+  WarpRaceBest(key, id);
   if (Lane() == 0) {
     s.f[Warp()] = *key;
     s.i[Warp()] = *id;
@@ -915,21 +921,54 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     float threshold = kNegInf;
 
     // The mass of every allowed id, from all tile records of the cluster
-    // (each CTA sums the same records, so all hold the same total).
+    // (each CTA sums the same records, so all hold the same total). A row
+    // that may sample q (not greedy, not verified, no golden id) also races
+    // the tiles with these masses here, the first level of its race when no
+    // filter changes the kept set: every CTA sees every tile, so each finds
+    // the cluster's winner without an exchange.
     {
+      const bool race_q = !b.greedy && !verify && b.golden < 0;
       unsigned long long local = 0;
+      float tile_key = 0.0f;
+      int32_t tile_id = kNoId;
       const int32_t slots_total = splits * a.tiles_per_cta;
       for (int32_t idx = tid; idx < slots_total; idx += kThreads) {
         const int c = idx / a.tiles_per_cta;
         const int32_t j = idx - c * a.tiles_per_cta;
-        if (c * a.tiles_per_cta + j >= tiles) continue;
+        const int32_t tile = c * a.tiles_per_cta + j;
+        if (tile >= tiles) continue;
         const TileRecord rec = *cluster.map_shared_rank(&records[j], c);
         const unsigned long long tile_mass = TileMassAtRowMax(rec.sum, rec.max, row_max);
         if (c == rank) kept_tile_mass[j] = tile_mass;
         local += tile_mass;
+        if (race_q && tile_mass != 0) {
+          const float key = verify_internal::TileRaceKey(b.seed, b.position, RandomStream::kBonus,
+                                                         tile, tile_mass);
+          if (RaceBeats(key, tile, tile_key, tile_id)) {
+            tile_key = key;
+            tile_id = tile;
+          }
+        }
       }
-      local = BlockSumU64(local, scratch);
-      if (tid == 0) b.mass = local;
+      local = WarpSumU64(local);
+      WarpRaceBest(&tile_key, &tile_id);
+      if (Lane() == 0) {
+        scratch.u[Warp()] = local;
+        scratch.f[Warp()] = tile_key;
+        scratch.i[Warp()] = tile_id;
+      }
+      __syncthreads();
+      if (tid == 0) {
+        for (int w = 1; w < kWarps; ++w) {
+          local += scratch.u[w];
+          if (RaceBeats(scratch.f[w], scratch.i[w], tile_key, tile_id)) {
+            tile_key = scratch.f[w];
+            tile_id = scratch.i[w];
+          }
+        }
+        b.mass = local;
+        b.q_tile = tile_id;
+      }
       __syncthreads();
     }
 
@@ -1530,7 +1569,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         mode = 0;  // never emitted: nothing to draw
         candidate = -1;
       }
-      b.race_id = candidate;
+      // A race over the whole of q took its first level with the mass.
+      b.race_id = mode == 2 && threshold == kNegInf ? b.q_tile : candidate;
       b.mode = mode;
       b.raw = raw;
     }
@@ -1620,8 +1660,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       if (!residual) {
         // A sample from q: the tiles race with their kept masses, which the
         // mass pass left in kept_tile_mass (the maximum's tile always has
-        // mass).
-        race_tiles(kept_tile_mass, kNoId);
+        // mass); without a filter that race ran with the mass.
+        if (attempt > 0 || threshold > kNegInf) race_tiles(kept_tile_mass, kNoId);
         race_tile_ids([](float e, int32_t) { return e; });
         mode = 0;
         continue;

@@ -65,14 +65,16 @@ int64_t verdict_verify_outputs_bytes(int32_t total_q, int32_t num_requests, int3
   return bytes;
 }
 
-// Launches the sampler on `stream` (temperature per request, no top-k/top-p,
-// dense draft distributions). Returns 0, or 1 with verdict_verify_last_error.
+// Launches the sampler on `stream` (temperature, top-k, top-p and min-p per
+// request, each array null for "off"; dense draft distributions). Returns 0,
+// or 1 with verdict_verify_last_error.
 int32_t verdict_verify_sample(int32_t num_requests, int32_t total_q, int32_t vocab,
                               const float* logits, const int32_t* first_token_positions,
                               const int32_t* seqlen_q, const int64_t* positions,
                               const int32_t* draft_token_ids, const float* draft_probs,
-                              const float* temperatures, const uint64_t* seeds, int32_t nextn,
-                              void* outputs, void* stream) {
+                              const float* temperatures, const int32_t* top_ks,
+                              const float* top_ps, const float* min_ps, const uint64_t* seeds,
+                              int32_t nextn, void* outputs, void* stream) {
   verdict::VerifyInputs in;
   in.num_requests = num_requests;
   in.total_q = total_q;
@@ -85,6 +87,9 @@ int32_t verdict_verify_sample(int32_t num_requests, int32_t total_q, int32_t voc
   in.draft_probs = total_q > num_requests ? draft_probs : nullptr;
   in.draft_vocab_size = total_q > num_requests ? vocab : 0;
   in.temperatures = temperatures;
+  in.top_ks = top_ks;
+  in.top_ps = top_ps;
+  in.min_ps = min_ps;
   in.seeds = seeds;
   in.config.nextn = nextn;
   int64_t bytes = 0;

@@ -5,16 +5,25 @@ One process, one set of PyTorch tensors per size, three implementations:
 
   ours        kernels/verify_sampler.cu through libverdict_verify_sample.so
               (ctypes), from target logits;
-  torch       a PyTorch eager reference written here: softmax, the accept
-              test min(1, q/p), the accepted prefix, the residual
-              max(q - alpha p, 0) of the final row and torch.multinomial;
+  torch       a PyTorch eager reference written here: temperature, top-k,
+              min-p and top-p over one sort of the row (as vLLM's fallback
+              does), softmax, the accept test min(1, q/p), the accepted
+              prefix, the residual max(q - alpha p, 0) of the final row and
+              torch.multinomial;
   flashinfer  flashinfer.sampling.chain_speculative_sampling, which takes
               target probabilities: timed on probabilities ("probs in") and
-              with the softmax in front ("logits in", the same work as ours).
+              with the processing in front ("logits in", the same work as
+              ours: softmax with the temperature, top_k_renorm_probs,
+              top_p_renorm_probs, and min-p in PyTorch, for which FlashInfer
+              has no renormalisation). A step of one plain row (no drafts) is
+              one sample: sampling_from_logits, or
+              top_k_top_p_sampling_from_logits / min_p_sampling_from_probs
+              with filters.
 
 Sizes: R requests x (nextn + 1) rows (R = 0: one row, no drafts), dense
 draft distributions (random, so most first drafts are rejected and that row
-reads its whole p), temperature 1. Small sizes rotate among input copies so
+reads its whole p), every request with the same --temperature, --top_k,
+--top_p and --min_p. Small sizes rotate among input copies so
 that no implementation is timed out of L2. Each time is the median over
 repeats of (CUDA events around `launches` back-to-back calls) / launches.
 
@@ -70,7 +79,7 @@ class Ours:
         self.lib.verdict_verify_outputs_bytes.argtypes = [ctypes.c_int32] * 3
         self.lib.verdict_verify_sample.restype = ctypes.c_int32
         self.lib.verdict_verify_sample.argtypes = (
-            [ctypes.c_int32] * 3 + [ctypes.c_void_p] * 8 + [ctypes.c_int32] + [ctypes.c_void_p] * 2
+            [ctypes.c_int32] * 3 + [ctypes.c_void_p] * 11 + [ctypes.c_int32] + [ctypes.c_void_p] * 2
         )
         self.lib.verdict_verify_read_result.restype = ctypes.c_int32
         self.lib.verdict_verify_read_result.argtypes = (
@@ -92,8 +101,9 @@ class Ours:
             case["ftp"].data_ptr(), case["seqlen"].data_ptr(), case["positions"].data_ptr(),
             case["draft_ids"].data_ptr() if case["drafts"] else None,
             inputs["p"].data_ptr() if case["drafts"] else None,
-            case["temperatures"].data_ptr(), case["seeds"].data_ptr(), case["nextn"],
-            outputs.data_ptr(), stream)
+            case["temperatures"].data_ptr(), ptr(case["top_ks"]), ptr(case["top_ps"]),
+            ptr(case["min_ps"]), case["seeds"].data_ptr(), case["nextn"], outputs.data_ptr(),
+            stream)
         if rc != 0:
             raise RuntimeError(self.error())
 
@@ -109,10 +119,63 @@ class Ours:
         return sum(lvo) / case["requests"], residual_rows.value
 
 
-def torch_eager(case, inputs):
+def ptr(tensor):
+    return tensor.data_ptr() if tensor is not None else None
+
+
+def processed_probs_eager(logits, f):
+    """The processed distribution in PyTorch eager: temperature, then top-k,
+    min-p and top-p masks from one ascending sort of the row (vLLM's
+    fallback), then the softmax."""
+    z = logits / f.temperature if f.temperature != 1.0 else logits
+    if f.top_k > 0 or f.top_p < 1.0 or f.min_p > 0.0:
+        z_sort, order = z.sort(dim=-1, descending=False)
+        drop = torch.zeros_like(z_sort, dtype=torch.bool)
+        if 0 < f.top_k < z.shape[-1]:
+            drop |= z_sort < z_sort[:, z.shape[-1] - f.top_k].unsqueeze(-1)
+        if f.min_p > 0.0:
+            drop |= z_sort < z_sort[:, -1:] + math.log(f.min_p)
+        if f.top_p < 1.0:
+            p_sort = torch.softmax(z_sort.masked_fill(drop, -math.inf), dim=-1)
+            drop |= p_sort.cumsum(dim=-1) <= 1.0 - f.top_p
+            drop[:, -1] = False
+        z = z.scatter(-1, order, z_sort.masked_fill(drop, -math.inf))
+    return torch.softmax(z, dim=-1)
+
+
+def processed_probs_flashinfer(sampling, logits, f):
+    """The processed distribution through FlashInfer's kernels (min-p, which
+    it only samples from, in PyTorch)."""
+    probs = sampling.softmax(logits, temperature=f.temperature)
+    if f.top_k > 0:
+        probs = sampling.top_k_renorm_probs(probs, f.top_k)
+    if f.min_p > 0.0:
+        probs = probs.masked_fill(probs < f.min_p * probs.amax(dim=-1, keepdim=True), 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    if f.top_p < 1.0:
+        probs = sampling.top_p_renorm_probs(probs, f.top_p)
+    return probs
+
+
+def flashinfer_sample(sampling, logits, f):
+    """One sample per row of logits with FlashInfer's samplers."""
+    filtered = f.top_k > 0 or f.top_p < 1.0
+    if f.min_p > 0.0:
+        if filtered:
+            return sampling.sampling_from_probs(processed_probs_flashinfer(sampling, logits, f))
+        return sampling.min_p_sampling_from_probs(
+            sampling.softmax(logits, temperature=f.temperature), f.min_p)
+    z = logits / f.temperature if f.temperature != 1.0 else logits
+    if filtered:
+        top_k = f.top_k if f.top_k > 0 else logits.shape[-1]
+        return sampling.top_k_top_p_sampling_from_logits(z, top_k, f.top_p)
+    return sampling.sampling_from_logits(z)
+
+
+def torch_eager(case, inputs, f):
     """Speculative verification in PyTorch eager, from logits (seed 000)."""
     b, n, v = case["requests"], case["n"], case["vocab"]
-    q = torch.softmax(inputs["logits"], dim=-1).view(b, n + 1, v)
+    q = processed_probs_eager(inputs["logits"], f).view(b, n + 1, v)
     if n == 0:
         return torch.multinomial(q[:, 0], 1), None
     p = inputs["p"].view(b, n, v)
@@ -134,7 +197,7 @@ def torch_eager(case, inputs):
     return token, verified
 
 
-def make_case(vocab, requests, nextn, gen):
+def make_case(vocab, requests, nextn, gen, f):
     b = max(requests, 1)
     n = 0 if requests == 0 else nextn
     rows = b * (n + 1)
@@ -147,7 +210,13 @@ def make_case(vocab, requests, nextn, gen):
         "positions": torch.randint(0, 100000, (b,), dtype=torch.int64, device=dev, generator=gen),
         "draft_ids": torch.randint(0, vocab, (max(drafts, 1),), dtype=torch.int32, device=dev,
                                    generator=gen),
-        "temperatures": torch.ones(b, dtype=torch.float32, device=dev),
+        "temperatures": torch.full((b,), f.temperature, dtype=torch.float32, device=dev),
+        "top_ks": (torch.full((b,), f.top_k, dtype=torch.int32, device=dev)
+                   if f.top_k > 0 else None),
+        "top_ps": (torch.full((b,), f.top_p, dtype=torch.float32, device=dev)
+                   if f.top_p < 1.0 else None),
+        "min_ps": (torch.full((b,), f.min_p, dtype=torch.float32, device=dev)
+                   if f.min_p > 0.0 else None),
         "seeds": torch.randint(0, 2**62, (b,), dtype=torch.int64, device=dev, generator=gen),
     }
     set_bytes = (rows + drafts) * vocab * 4
@@ -159,7 +228,7 @@ def make_case(vocab, requests, nextn, gen):
         if drafts:
             p = torch.rand(drafts, vocab, device=dev, generator=gen)
             s["p"] = p / p.sum(dim=1, keepdim=True)
-            s["target_probs"] = torch.softmax(logits, dim=-1).view(b, n + 1, vocab)
+            s["target_probs"] = processed_probs_eager(logits, f).view(b, n + 1, vocab)
             s["draft_probs"] = s["p"].view(b, n, vocab)
             s["draft_ids_2d"] = case["draft_ids"].view(b, n)
         sets.append(s)
@@ -215,9 +284,20 @@ def main():
     parser.add_argument("--nextn", type=int, default=5)
     parser.add_argument("--launches", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top_k", type=int, default=0, help="0 = off")
+    parser.add_argument("--top_p", type=float, default=1.0, help="1 = off")
+    parser.add_argument("--min_p", type=float, default=0.0, help="0 = off")
     parser.add_argument("--out_md", default="verify_sample_perf.md")
     parser.add_argument("--out_json", default="verify_sample_peers.json")
     args = parser.parse_args()
+    if not (args.temperature > 0.0 and args.top_k >= 0 and 0.0 < args.top_p <= 1.0
+            and 0.0 <= args.min_p <= 1.0):
+        parser.error("sampling: temperature > 0, top_k >= 0, top_p in (0, 1], min_p in [0, 1]")
+    sampling_flags = (f"temperature {args.temperature:g}"
+                      + (f", top_k {args.top_k}" if args.top_k > 0 else "")
+                      + (f", top_p {args.top_p:g}" if args.top_p < 1.0 else "")
+                      + (f", min_p {args.min_p:g}" if args.min_p > 0.0 else ""))
 
     torch.backends.cuda.matmul.allow_tf32 = False
     gen = torch.Generator(device="cuda")
@@ -250,7 +330,7 @@ def main():
     reqs = [int(x) for x in args.requests.split(",") if x]
     for vocab in vocabs:
         for requests in reqs:
-            case, sets = make_case(vocab, requests, args.nextn, gen)
+            case, sets = make_case(vocab, requests, args.nextn, gen, args)
             row = {"vocab": vocab, "requests": requests, "rows": case["rows"]}
             if ours:
                 outputs = ours.outputs(case["rows"], case["requests"], args.nextn)
@@ -262,19 +342,25 @@ def main():
                 row["ours_mean_accepted"] = mean_accepted
                 row["residual_rows"] = residual_rows
                 row["bytes_min"] = (case["rows"] + residual_rows) * vocab * 4.0
-            row["torch_us"] = time_us(lambda s: torch_eager(case, s), sets, args.launches,
+            row["torch_us"] = time_us(lambda s: torch_eager(case, s, args), sets, args.launches,
                                       args.repeats)
-            if flashinfer and case["drafts"]:
+            if flashinfer:
                 chain = flashinfer.chain_speculative_sampling
                 try:
-                    row["flashinfer_probs_us"] = time_us(
-                        lambda s: chain(s["draft_probs"], s["draft_ids_2d"], s["target_probs"]),
-                        sets, args.launches, args.repeats)
-                    row["flashinfer_logits_us"] = time_us(
-                        lambda s: chain(s["draft_probs"], s["draft_ids_2d"],
-                                        torch.softmax(s["logits"], dim=-1).view(
-                                            case["requests"], case["n"] + 1, vocab)),
-                        sets, args.launches, args.repeats)
+                    if case["drafts"]:
+                        row["flashinfer_probs_us"] = time_us(
+                            lambda s: chain(s["draft_probs"], s["draft_ids_2d"], s["target_probs"]),
+                            sets, args.launches, args.repeats)
+                        row["flashinfer_logits_us"] = time_us(
+                            lambda s: chain(s["draft_probs"], s["draft_ids_2d"],
+                                            processed_probs_flashinfer(flashinfer, s["logits"],
+                                                                       args).view(
+                                                case["requests"], case["n"] + 1, vocab)),
+                            sets, args.launches, args.repeats)
+                    else:
+                        row["flashinfer_logits_us"] = time_us(
+                            lambda s: flashinfer_sample(flashinfer, s["logits"], args), sets,
+                            args.launches, args.repeats)
                 except Exception as e:  # pylint: disable=broad-except
                     row["flashinfer_error"] = repr(e)
                     print(f"flashinfer failed at V={vocab} R={requests}: {e!r}", flush=True)
@@ -293,14 +379,15 @@ def main():
         "",
         "One step of speculative verification and sampling: R requests x (nextn + 1) rows "
         f"(nextn {args.nextn}; R = 0 is one row without drafts), float32 target logits, dense "
-        "draft distributions, temperature 1, random drafts (most requests reject their first "
+        f"draft distributions, {sampling_flags}, random drafts (most requests reject their first "
         "draft, whose row then also reads its p). Inputs rotate among copies so that "
         "small steps are not served from L2. Times are microseconds per step, the median of "
         "repeated batches of back-to-back calls (CUDA events); \"ours (C++, graph)\" replays "
         "the launches from a CUDA graph. Bytes (min) = every logit once plus p of each request's "
         "final row where that row rejected its draft (the only p a step needs); the floor is that over the copy bandwidth. PyTorch eager is the reference in "
         "kernels/bench/verify_sample_peers.py; FlashInfer's chain_speculative_sampling takes "
-        "probabilities, so it is timed on probabilities and with the softmax in front.",
+        "probabilities, so it is timed on probabilities and with the processing in front "
+        "(its softmax and renormalisations); a one-row step is one FlashInfer sample from logits.",
         "",
         "```",
         "tools/device/bundle.sh .bundle //kernels/bench/...             # build machine",
@@ -318,15 +405,16 @@ def main():
             f"### V = {vocab}",
             "",
             "| rows | requests | ours | ours (C++, graph) | bytes (min) | GB/s | % of copy "
-            "| torch eager | flashinfer (probs in) | flashinfer + softmax (logits in) "
-            "| ours vs best peer |",
+            "| torch eager | flashinfer (probs in) | flashinfer (logits in) "
+            "| best peer (logits in) / ours |",
             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in [x for x in results if x["vocab"] == vocab]:
             ours_candidates = [t for t in (r.get("ours_us"), r.get("ours_cpp_us")) if t and t > 0]
             best_ours = min(ours_candidates) if ours_candidates else None
-            peers = [t for t in (r.get("torch_us"), r.get("flashinfer_probs_us"),
-                                 r.get("flashinfer_logits_us")) if t]
+            # The peers that do the same work (logits in); FlashInfer on
+            # probabilities is shown, not compared.
+            peers = [t for t in (r.get("torch_us"), r.get("flashinfer_logits_us")) if t]
             gbps = r["bytes_min"] / (best_ours * 1e-6) / 1e9 if best_ours and "bytes_min" in r else None
 
             def fmt(x, spec=".1f"):
