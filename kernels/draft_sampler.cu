@@ -51,6 +51,7 @@
 #include "kernels/philox.h"
 #include "kernels/sampling_math.h"
 #include "kernels/block_scan.cuh"
+#include "kernels/shared_sum.cuh"
 #include "kernels/top_p_bins.h"
 
 namespace verdict {
@@ -478,7 +479,7 @@ __device__ void HistogramAdd(bool valid, uint32_t bin, unsigned long long weight
   if (with_mass) weight = SumOverPeers(peers, valid ? weight : 0);
   if (valid && __ffs(peers) - 1 == Lane()) {
     atomicAdd(&h.count[bin], static_cast<uint32_t>(__popc(peers)));
-    if (with_mass) atomicAdd(&h.mass[bin], weight);
+    if (with_mass) SharedAddU64(&h.mass[bin], weight);
   }
 }
 

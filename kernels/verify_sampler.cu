@@ -45,6 +45,7 @@
 #include "kernels/philox.h"
 #include "kernels/sampling_math.h"
 #include "kernels/block_scan.cuh"
+#include "kernels/shared_sum.cuh"
 #include "kernels/top_p_bins.h"
 #include "kernels/verify_sampler.h"
 #include "kernels/verify_sampler_internal.h"
@@ -252,6 +253,18 @@ __device__ __forceinline__ unsigned long long WarpSumU64(unsigned long long v) {
   return v;
 }
 
+// The largest (value, id) over a warp by MaxBeats: every lane holds it.
+__device__ __forceinline__ void WarpMaxBest(float* v, int32_t* id) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xFFFFFFFFu, *v, o);
+    const int32_t oid = __shfl_xor_sync(0xFFFFFFFFu, *id, o);
+    if (MaxBeats(ov, oid, *v, *id)) {
+      *v = ov;
+      *id = oid;
+    }
+  }
+}
+
 // The race's best (key, id) over a warp: every lane holds it.
 __device__ __forceinline__ void WarpRaceBest(float* key, int32_t* id) {
   for (int o = 16; o > 0; o >>= 1) {
@@ -430,7 +443,7 @@ __device__ float SelectTopPOnLists(cg::cluster_group& cluster, int splits, float
       const uint32_t bin = (key >> shift) & 0xFFu;
       const unsigned long long w = FixedExpNonPositive(FSub(z, row_max));
       if (w > 0) {
-        atomicAdd(&s.bin_mass[bin], w);
+        SharedAddU64(&s.bin_mass[bin], w);
       } else {
         atomicAdd(&s.bins[bin], 1u);  // only whether the bin is empty matters
       }
@@ -878,35 +891,42 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       slots.non_finite = bad;
     }
     cluster.sync();  // exchange 1: row partials and every tile record
-    if (tid == 0) {
+    // Warp 0 merges the CTAs' partials, lane c reading CTA c's, so the
+    // remote reads overlap (the merges are exact in any order: integer sums,
+    // minima, and a maximum with ties to the lower id).
+    static_assert(kMaxSplits <= 32, "a lane a CTA");
+    if (Warp() == 0) {
       float m = kNegInf;
       int32_t arg = kNoId, allowed_total = 0, nf = kNoId;
-      for (int c = 0; c < splits; ++c) {
-        const ExchangeSlots* rs = cluster.map_shared_rank(&slots, c);
-        if (MaxBeats(rs->max_z, rs->argmax, m, arg)) {
-          m = rs->max_z;
-          arg = rs->argmax;
+      if (Lane() < splits) {
+        const ExchangeSlots* rs = cluster.map_shared_rank(&slots, Lane());
+        m = rs->max_z;
+        arg = rs->argmax;
+        allowed_total = rs->allowed;
+        nf = rs->non_finite;
+      }
+      WarpMaxBest(&m, &arg);
+      allowed_total = WarpSum(allowed_total);
+      nf = WarpMin(nf);
+      if (Lane() == 0) {
+        b.row_max = m;
+        b.argmax = arg;
+        b.allowed = allowed_total;
+        b.non_finite = nf;
+        uint64_t key = b.error_key;
+        if (b.masks > 1) {
+          key = MinKey(key, ErrorKey(row, VerifyErrorCode::kDuplicateBitmask,
+                                     static_cast<uint32_t>(b.masks)));
         }
-        allowed_total += rs->allowed;
-        nf = min(nf, rs->non_finite);
+        if (nf != kNoId) {
+          key = MinKey(key, ErrorKey(row, VerifyErrorCode::kNonFiniteLogit,
+                                     static_cast<uint32_t>(nf)));
+        }
+        // No allowed id: the row maximum is -inf (a non-finite logit, the
+        // smaller key, is reported instead when there is one).
+        if (m == kNegInf) key = MinKey(key, ErrorKey(row, VerifyErrorCode::kNoAllowedToken, 0));
+        b.error_key = key;
       }
-      b.row_max = m;
-      b.argmax = arg;
-      b.allowed = allowed_total;
-      b.non_finite = nf;
-      uint64_t key = b.error_key;
-      if (b.masks > 1) {
-        key = MinKey(key, ErrorKey(row, VerifyErrorCode::kDuplicateBitmask,
-                                   static_cast<uint32_t>(b.masks)));
-      }
-      if (nf != kNoId) {
-        key = MinKey(key, ErrorKey(row, VerifyErrorCode::kNonFiniteLogit,
-                                   static_cast<uint32_t>(nf)));
-      }
-      // No allowed id: the row maximum is -inf (a non-finite logit, the
-      // smaller key, is reported instead when there is one).
-      if (m == kNegInf) key = MinKey(key, ErrorKey(row, VerifyErrorCode::kNoAllowedToken, 0));
-      b.error_key = key;
     }
     __syncthreads();
     if (b.error_key != 0) {
@@ -919,15 +939,19 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     const float row_max = b.row_max;
     const bool verify = b.info.kind == RowKind::kVerify;
     float threshold = kNegInf;
+    // Whether a filter keeps fewer ids than every allowed one (each then
+    // sets a threshold above -inf), and whether the row samples q over every
+    // allowed id: not greedy, not verified, no golden id, no filter.
+    const bool top_k_on = b.top_k > 0 && b.top_k < b.allowed;
+    const bool filtered = top_k_on || b.top_p < 1.0f || MinPThreshold(row_max, b.min_p) > kNegInf;
+    const bool unfiltered_q = !b.greedy && !verify && b.golden < 0 && !filtered;
 
     // The mass of every allowed id, from all tile records of the cluster
     // (each CTA sums the same records, so all hold the same total). A row
-    // that may sample q (not greedy, not verified, no golden id) also races
-    // the tiles with these masses here, the first level of its race when no
-    // filter changes the kept set: every CTA sees every tile, so each finds
+    // that samples q unfiltered also races the tiles with these masses here,
+    // the first level of its race: every CTA sees every tile, so each finds
     // the cluster's winner without an exchange.
     {
-      const bool race_q = !b.greedy && !verify && b.golden < 0;
       unsigned long long local = 0;
       float tile_key = 0.0f;
       int32_t tile_id = kNoId;
@@ -941,7 +965,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         const unsigned long long tile_mass = TileMassAtRowMax(rec.sum, rec.max, row_max);
         if (c == rank) kept_tile_mass[j] = tile_mass;
         local += tile_mass;
-        if (race_q && tile_mass != 0) {
+        if (unfiltered_q && tile_mass != 0) {
           const float key = verify_internal::TileRaceKey(b.seed, b.position, RandomStream::kBonus,
                                                          tile, tile_mass);
           if (RaceBeats(key, tile, tile_key, tile_id)) {
@@ -982,10 +1006,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       const int slot = exchanges++;
       if (tid == 0) slots.mass[slot] = local;
       cluster.sync();
-      if (tid == 0) {
-        unsigned long long total = 0;
-        for (int c = 0; c < splits; ++c) total += cluster.map_shared_rank(&slots, c)->mass[slot];
-        b.mass = total;
+      if (Warp() == 0) {
+        const unsigned long long part =
+            Lane() < splits ? cluster.map_shared_rank(&slots, Lane())->mass[slot] : 0ull;
+        const unsigned long long total = WarpSumU64(part);
+        if (Lane() == 0) b.mass = total;
       }
       __syncthreads();
       return b.mass;
@@ -1043,7 +1068,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         const unsigned long long w =
             with_mass ? static_cast<unsigned long long>(FixedExpNonPositive(FSub(zi, row_max)))
                       : 0ull;
-        if (w > 0) atomicAdd(&slots.hist_mass[buf][bin], w);
+        if (w > 0) SharedAddU64(&slots.hist_mass[buf][bin], w);
         // The bucket round counts every id: a bucket's size decides whether
         // its ids fit the candidate lists.
         if (w == 0 || shift == kBucketRound) atomicAdd(&slots.hist_count[buf][bin], 1u);
@@ -1196,7 +1221,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         if (!Kept(list_z[i], t)) continue;
         const int32_t tile = (list_id[i] - c0) / kMassTileIds;
         const float m = FromOrderKey(list_tile_key[tile]);  // +0 for a zero maximum
-        atomicAdd(&list_tile_sum[tile],
+        SharedAddU64(&list_tile_sum[tile],
                   static_cast<unsigned long long>(FixedExpNonPositive(FSub(list_z[i], m))));
       }
       __syncthreads();
@@ -1441,7 +1466,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       for (int32_t i = tid; i < list_size; i += kThreads) {
         if (!Kept(list_z[i], v)) continue;
         const int32_t tile = (list_id[i] - c0) / kMassTileIds;
-        atomicAdd(&list_tile_sum[tile],
+        SharedAddU64(&list_tile_sum[tile],
                   static_cast<unsigned long long>(
                       FixedExpNonPositive(FSub(list_z[i], records[tile].max))));
       }
@@ -1463,7 +1488,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     if (!b.greedy) {
       // Min-p: a threshold relative to the row maximum.
       threshold = MinPThreshold(row_max, b.min_p);
-      const bool top_k_on = b.top_k > 0 && b.top_k < b.allowed;
       if (threshold > kNegInf && !top_k_on) mass = cluster_kept_mass(threshold);
       bool listed = false;  // the CTAs' lists hold every kept id
       if (top_k_on) {
@@ -1569,8 +1593,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         mode = 0;  // never emitted: nothing to draw
         candidate = -1;
       }
-      // A race over the whole of q took its first level with the mass.
-      b.race_id = mode == 2 && threshold == kNegInf ? b.q_tile : candidate;
+      // An unfiltered race over q took its first level with the mass.
+      b.race_id = mode == 2 && unfiltered_q ? b.q_tile : candidate;
       b.mode = mode;
       b.raw = raw;
     }
@@ -1611,19 +1635,23 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
           slots.bad_p[slot] = bad;
         }
         cluster.sync();
-        if (tid == 0) {
+        if (Warp() == 0) {
+          // A CTA whose tiles have no weight published (0, kNoId), which
+          // no key beats and which beats nothing: the merge's order is free.
           float k = 0.0f;
           int32_t id = kNoId, bp = kNoId;
-          for (int c = 0; c < splits; ++c) {
-            const ExchangeSlots* rs = cluster.map_shared_rank(&slots, c);
-            if (RaceBeats(rs->race_key[slot], rs->race_id[slot], k, id)) {
-              k = rs->race_key[slot];
-              id = rs->race_id[slot];
-            }
-            bp = min(bp, rs->bad_p[slot]);
+          if (Lane() < splits) {
+            const ExchangeSlots* rs = cluster.map_shared_rank(&slots, Lane());
+            k = rs->race_key[slot];
+            id = rs->race_id[slot];
+            bp = rs->bad_p[slot];
           }
-          b.race_id = id;
-          b.bad_p = bp;
+          WarpRaceBest(&k, &id);
+          bp = WarpMin(bp);
+          if (Lane() == 0) {
+            b.race_id = id;
+            b.bad_p = bp;
+          }
         }
         __syncthreads();
       };
@@ -1660,8 +1688,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       if (!residual) {
         // A sample from q: the tiles race with their kept masses, which the
         // mass pass left in kept_tile_mass (the maximum's tile always has
-        // mass); without a filter that race ran with the mass.
-        if (attempt > 0 || threshold > kNegInf) race_tiles(kept_tile_mass, kNoId);
+        // mass); an unfiltered row's first race ran with the mass.
+        if (attempt > 0 || !unfiltered_q) race_tiles(kept_tile_mass, kNoId);
         race_tile_ids([](float e, int32_t) { return e; });
         mode = 0;
         continue;
@@ -1732,7 +1760,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
           }
           sum = WarpSumU64(sum);
           const int32_t tile = kPrefetch * round + u;
-          if (Lane() == 0 && sum != 0 && tile < my_tiles) atomicAdd(&tile_weights[tile], sum);
+          if (Lane() == 0 && sum != 0 && tile < my_tiles) SharedAddU64(&tile_weights[tile], sum);
         }
       }
       // The sparse draft's listed ids: p is the sum of their entries, in list
@@ -1756,7 +1784,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
           const float zi = verify_internal::ProcessedLogit(in, row, b.mask, id, b.inv_temperature);
           const float e = Kept(zi, threshold) ? ExpNonPositive(FSub(zi, row_max)) : 0.0f;
           const unsigned long long w = ToFixed(ResidualWeight(e, alpha_s, sparse_p(id)));
-          if (w != 0) atomicAdd(&tile_weights[(id - c0) / kMassTileIds], w);
+          if (w != 0) SharedAddU64(&tile_weights[(id - c0) / kMassTileIds], w);
         }
       }
       __syncthreads();
