@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -92,6 +93,64 @@ constexpr int kTileGroups = kMassTileIds / 128;
 constexpr int kTileValues = 4 * kTileGroups;
 static_assert(kMassTileIds % 128 == 0, "a tile is whole warp-wide groups");
 constexpr int32_t kNoId = 0x7FFFFFFF;
+
+// Phase timing, to find where a launch's time goes. Built with
+// VERDICT_VERIFY_PHASE_TRACE (`bazel build --config=verify_phase_trace`),
+// the first and the last CTA of every row's cluster read the global timer
+// at each phase boundary below and print the times since the row's start
+// when the row is done (kernels/bench/verify_phase_trace.py summarises
+// them). The times wait in shared memory: a printf at every boundary would
+// time printf. In the ordinary build each mark compiles to nothing.
+enum VerifyPhase : int {
+  kPhaseStart,
+  kPhaseStreamed,        // this CTA's first pass over its slice
+  kPhaseMerged,          // exchange 1: the row maximum and the tile records
+  kPhaseMass,            // the row's mass (and an unfiltered row's tile race)
+  kPhaseTopKBucket,      // top-k's bucket round
+  kPhaseTopKListed,      // its candidate list
+  kPhaseTopKSelected,    // its key rounds
+  kPhaseTopKMass,        // the kept mass at its threshold
+  kPhaseTopPLevel1,      // top-p's first histogram level
+  kPhaseTopPLevel2,      // its second level (flat rows)
+  kPhaseTopPListed,      // the mass above the candidates, and their lists
+  kPhaseTopPSelected,    // the leader's selection among them
+  kPhaseFiltered,        // every filter applied: threshold and kept mass
+  kPhaseDecided,         // the accept test
+  kPhaseResidualSummed,  // the residual's tile sums (a second pass with p)
+  kPhaseResidualRaced,   // their tile race
+  kPhaseDrawn,           // every race done
+  kPhaseEnd,
+  kPhases
+};
+#if defined(VERDICT_VERIFY_PHASE_TRACE)
+__device__ __forceinline__ unsigned long long GlobalTimerNs() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#define VERIFY_PHASE(phase)                                          \
+  do {                                                               \
+    if (threadIdx.x == 0) phase_times[phase] = GlobalTimerNs();      \
+  } while (0)
+// One line a CTA: each phase's nanoseconds since the start, -1 where the
+// row did not pass it.
+__device__ void PrintPhases(const unsigned long long* times, int32_t row, int rank) {
+  long long d[kPhases];
+  for (int k = 0; k < kPhases; ++k) {
+    d[k] = times[k] != 0 ? static_cast<long long>(times[k] - times[kPhaseStart]) : -1;
+  }
+  printf("verify_phase row %d rank %d streamed %lld merged %lld mass %lld top_k_bucket %lld "
+         "top_k_listed %lld top_k_selected %lld top_k_mass %lld top_p_level1 %lld "
+         "top_p_level2 %lld top_p_listed %lld top_p_selected %lld filtered %lld decided %lld "
+         "residual_summed %lld residual_raced %lld drawn %lld end %lld\n",
+         row, rank, d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
+         d[13], d[14], d[15], d[16], d[17]);
+}
+#else
+#define VERIFY_PHASE(phase) \
+  do {                      \
+  } while (0)
+#endif
 
 // Left zeroed between launches: the done counter, the next row ticket, the
 // complement of the smallest row-level error key (atomicMax of ~key; 0 =
@@ -730,6 +789,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
   // Top-p's histogram of this CTA's kept ids by distance to the maximum
   // (and the leader's gathered candidates; the tail's staged accepts).
   __shared__ __align__(16) uint32_t fine_hist[kFineBins];
+#if defined(VERDICT_VERIFY_PHASE_TRACE)
+  __shared__ unsigned long long phase_times[kPhases];
+  if (threadIdx.x < kPhases) phase_times[threadIdx.x] = 0;  // before the ticket's barriers
+#endif
 
   cg::cluster_group cluster = cg::this_cluster();
   const VerifyInputs& in = a.in;
@@ -745,6 +808,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
   if (tid == 0) b.row = cluster.map_shared_rank(&slots, 0)->row;
   __syncthreads();
   const int32_t row = b.row;
+  VERIFY_PHASE(kPhaseStart);
   const int32_t v_size = in.vocab_size;
   const int32_t tiles = verify_internal::NumMassTiles(v_size);
   const int32_t first_tile = rank * a.tiles_per_cta;
@@ -890,6 +954,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       slots.allowed = allowed;
       slots.non_finite = bad;
     }
+    VERIFY_PHASE(kPhaseStreamed);
     cluster.sync();  // exchange 1: row partials and every tile record
     // Warp 0 merges the CTAs' partials, lane c reading CTA c's, so the
     // remote reads overlap (the merges are exact in any order: integer sums,
@@ -929,6 +994,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       }
     }
     __syncthreads();
+    VERIFY_PHASE(kPhaseMerged);
     if (b.error_key != 0) {
       if (leader && tid == 0) ReportError(ws, b.error_key);
       row_done = true;
@@ -995,6 +1061,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       }
       __syncthreads();
     }
+
+    VERIFY_PHASE(kPhaseMass);
 
     // The mass of the ids kept at threshold t, streamed again tile by tile
     // (top-k / top-p rows), summed over the cluster.
@@ -1375,6 +1443,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     auto top_p_on_fine_bins = [&](float t, double limit, float* threshold_out,
                                   unsigned long long* mass_out) -> bool {
       fine_level(t, limit, kFirstLevelScale, 0, true);
+      VERIFY_PHASE(kPhaseTopPLevel1);
       if (b.fine_first > b.fine_last || b.fine_last == kFineBins - 1) return false;
       float scale = kFirstLevelScale;
       int32_t first_x = b.fine_first, last_x = b.fine_last;  // in units of 1 / scale
@@ -1388,6 +1457,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         scale = kFirstLevelScale * static_cast<float>(1 << k);
         const int32_t offset = first_x << k;
         fine_level(t, limit, scale, offset, false);
+        VERIFY_PHASE(kPhaseTopPLevel2);
         if (b.fine_first > b.fine_last || b.remaining > static_cast<uint32_t>(kListCapacity)) {
           return false;
         }
@@ -1450,6 +1520,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
           });
       // The exchange also publishes every CTA's list to the leader.
       const unsigned long long mass_above = sum_over_cluster(above);
+      VERIFY_PHASE(kPhaseTopPListed);
       if (leader) {
         const float v =
             SelectTopPOnLists(cluster, splits, list_z, &list_size,
@@ -1461,6 +1532,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       if (tid == 0) b.fine_threshold = cluster.map_shared_rank(&slots, 0)->fine_threshold;
       __syncthreads();
       const float v = b.fine_threshold;
+      VERIFY_PHASE(kPhaseTopPSelected);
       // The listed ids kept at v join their tiles' sums; a tile keeps its
       // maximum exactly when the maximum is at least v.
       for (int32_t i = tid; i < list_size; i += kThreads) {
@@ -1506,11 +1578,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         }
         __syncthreads();
         listed = b.remaining <= static_cast<uint32_t>(kListCapacity);
+        VERIFY_PHASE(kPhaseTopKBucket);
         if (listed) build_list(kNegInf, b.bucket, false);
+        VERIFY_PHASE(kPhaseTopKListed);
         const float k_threshold = listed ? select_top_k(true, 1) : select_top_k(false, 1);
         // Min-p and top-k both keep an upper set: the kept set is the smaller.
         threshold = fmaxf(threshold, k_threshold);
+        VERIFY_PHASE(kPhaseTopKSelected);
         mass = listed ? list_kept_mass(threshold) : cluster_kept_mass(threshold);
+        VERIFY_PHASE(kPhaseTopKMass);
       }
       if (b.top_p < 1.0f) {
         const double limit = DMul(static_cast<double>(b.top_p), FixedToDouble(mass));
@@ -1548,6 +1624,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       }
     }
     const float mass_f = FixedToFloat(mass);
+    VERIFY_PHASE(kPhaseFiltered);
     // ---- 4. The decision (same inputs in every CTA of the cluster).
     if (tid == 0) {
       int mode = 0;
@@ -1600,6 +1677,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     }
     __syncthreads();
     int mode = b.mode;
+    VERIFY_PHASE(kPhaseDecided);
     const bool raw = b.raw;
 
     // ---- 5. Exponential races over e = exp(z - max): a race over q reads
@@ -1788,7 +1866,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         }
       }
       __syncthreads();
+      VERIFY_PHASE(kPhaseResidualSummed);
       race_tiles(tile_weights, bad_p);
+      VERIFY_PHASE(kPhaseResidualRaced);
       if (b.bad_p != kNoId) {
         if (leader && tid == 0) {
           ReportError(ws, ErrorKey(row, VerifyErrorCode::kBadDraftProb,
@@ -1810,6 +1890,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       mode = 0;
     }
 
+    VERIFY_PHASE(kPhaseDrawn);
+
     // ---- 6. The leader writes the row (a row that drew nothing keeps
     // candidate -1 and logprob 0).
     if (!row_done && leader && tid == 0) out.raw_accept[row] = raw ? 1 : 0;
@@ -1829,6 +1911,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
   if (leader && tid == 0 && !published && row < in.total_q) {
     PublishRow(out.workspace, row, kRowBlocked);
   }
+  VERIFY_PHASE(kPhaseEnd);
+#if defined(VERDICT_VERIFY_PHASE_TRACE)
+  if (threadIdx.x == 0 && (rank == 0 || rank == splits - 1)) PrintPhases(phase_times, row, rank);
+#endif
   cluster.sync();
   if (!leader) return;
   if (tid == 0) {

@@ -6,6 +6,9 @@
 # Bazel and none of our Debian libraries.
 #
 #   tools/device/bundle.sh [OUT_DIR] [TARGET_PATTERN...]
+#
+# VERDICT_BUNDLE_BAZEL_ARGS adds build flags (for example
+# --config=verify_phase_trace, the verify kernel's phase timing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-.bundle}
@@ -23,8 +26,10 @@ fi
 # server on the CUDA backend with it (VERDICT_BUNDLE_VERDICT=0 leaves it out,
 # for bundles of kernel tests and benchmarks alone).
 if [[ "${VERDICT_BUNDLE_VERDICT:-1}" != 0 ]]; then targets+=(//runtime/cli:verdict); fi
-bazel build "${targets[@]}"
-bin_root=$(bazel info bazel-bin 2>/dev/null)
+# VERDICT_BUNDLE_BAZEL_ARGS: extra build flags, e.g. --config=verify_phase_trace.
+read -ra extra_args <<<"${VERDICT_BUNDLE_BAZEL_ARGS:-}"
+bazel build "${extra_args[@]}" "${targets[@]}"
+bin_root=$(bazel info "${extra_args[@]}" bazel-bin 2>/dev/null)
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"

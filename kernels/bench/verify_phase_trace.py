@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Summarises the verify kernel's phase timing.
+
+A build with the phase timing on (kernels/verify_sampler.cu,
+VERDICT_VERIFY_PHASE_TRACE) prints one `verify_phase` line per row and CTA
+(the first and the last CTA of each row's cluster) at the end of every
+launch: each phase boundary's nanoseconds since the row's start, -1 where
+the row did not pass it. This script reads those lines (the benchmark's
+output) and prints, for each row and CTA over the launches, the median time
+at which each phase ended and the median time the phase took (from the
+previous boundary the row passed), in microseconds.
+
+On the GPU machine, from a bundle built with
+`VERDICT_BUNDLE_BAZEL_ARGS=--config=verify_phase_trace tools/device/bundle.sh DIR
+//kernels/bench:verify_sampler_benchmark`:
+
+    verify_sampler_benchmark --vocab_sizes=151936 --requests=1 --launches=2 \\
+        --repeats=3 --top_p=0.9 > trace.txt
+    python3 kernels/bench/verify_phase_trace.py trace.txt [--json out.json]
+
+The times include the phase marks' own cost (a timer read and a shared
+store by one thread), and the benchmark's warm-up launches count as
+launches too.
+"""
+import argparse
+import collections
+import json
+import re
+import statistics
+import sys
+
+PHASES = [
+    "streamed", "merged", "mass", "top_k_bucket", "top_k_listed", "top_k_selected",
+    "top_k_mass", "top_p_level1", "top_p_level2", "top_p_listed", "top_p_selected",
+    "filtered", "decided", "residual_summed", "residual_raced", "drawn", "end",
+]
+LINE = re.compile(r"verify_phase row (\d+) rank (\d+) (.*)")
+
+
+def parse(lines):
+    """{(row, rank): [{phase: ns}, ...]} over the launches, in file order."""
+    runs = collections.defaultdict(list)
+    for line in lines:
+        m = LINE.search(line)
+        if not m:
+            continue
+        fields = m.group(3).split()
+        if len(fields) != 2 * len(PHASES) or fields[0::2] != PHASES:
+            raise ValueError(f"malformed verify_phase line: {line.strip()}")
+        times = dict(zip(PHASES, (int(v) for v in fields[1::2])))
+        runs[(int(m.group(1)), int(m.group(2)))].append(times)
+    return runs
+
+
+def summarise(runs):
+    """Per (row, rank): each phase the row passed in every launch, with the
+    median end time and the median duration since the previous phase, in us."""
+    out = {}
+    for key, launches in sorted(runs.items()):
+        phases = []
+        for phase in PHASES:
+            if any(t[phase] < 0 for t in launches):
+                continue
+            ends, took = [], []
+            for t in launches:
+                before = [t[p] for p in PHASES[:PHASES.index(phase)] if t[p] >= 0]
+                ends.append(t[phase] / 1000)
+                took.append((t[phase] - (before[-1] if before else 0)) / 1000)
+            phases.append({"phase": phase, "end_us": statistics.median(ends),
+                           "took_us": statistics.median(took)})
+        out[key] = {"launches": len(launches), "phases": phases}
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trace", help="the benchmark's output ('-' for standard input)")
+    parser.add_argument("--json", help="also write the summary here")
+    args = parser.parse_args()
+    text = sys.stdin if args.trace == "-" else open(args.trace)
+    summary = summarise(parse(text))
+    if not summary:
+        sys.exit("verify_phase_trace: no verify_phase lines (was the kernel built with "
+                 "--config=verify_phase_trace?)")
+    for (row, rank), s in summary.items():
+        print(f"row {row} rank {rank} ({s['launches']} launches): " + ", ".join(
+            f"{p['phase']} {p['took_us']:.1f} (at {p['end_us']:.1f})" for p in s["phases"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{"row": row, "rank": rank, **s} for (row, rank), s in summary.items()],
+                      f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
