@@ -8,12 +8,15 @@
 #   .carry/verify-old  OLD_COMMIT's kernel in this tree's benchmark, so that
 #                      both take the same flags (a no-op tuning hook is added
 #                      where the old launcher has none)
+#   .carry/verify-trace this tree's benchmark with the kernel's phase timing
+#                      (--config=verify_phase_trace; the `phases` stage)
 #
 #   tools/device/verify_kernel_bundles.sh [OLD_COMMIT]   (default 9f3f6a3)
 #
-# Both leave Open MPI and the verdict binary out: nothing here runs under
+# All leave Open MPI and the verdict binary out: nothing here runs under
 # mpirun or serves, and the carried paths must fit beside the working tree.
-# Carry .carry/verify-new, .carry/verify-old and .whl.
+# Carry .carry/verify-new, .carry/verify-old and .whl (and .carry/verify-trace
+# for the phases stage; tar the bundles when they do not fit the carry limit).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -22,6 +25,8 @@ export VERDICT_BUNDLE_MPI=0 VERDICT_BUNDLE_VERDICT=0
 tools/device/bundle.sh "$root/.carry/verify-new" //kernels:verify_sampler_gpu_test \
   //kernels:draft_sampler_gpu_test //kernels/bench:draft_sampler_benchmark \
   //kernels/bench:verify_sampler_benchmark //kernels/bench:libverdict_verify_sample.so
+VERDICT_BUNDLE_BAZEL_ARGS=--config=verify_phase_trace tools/device/bundle.sh \
+  "$root/.carry/verify-trace" //kernels/bench:verify_sampler_benchmark
 
 worktree=$(mktemp -d /tmp/verdict-old-XXXXXX)
 trap 'git -C "$root" worktree remove --force "$worktree" >/dev/null 2>&1 || true' EXIT
@@ -50,4 +55,4 @@ fi
 (cd "$worktree" &&
    tools/device/bundle.sh "$root/.carry/verify-old" //kernels/bench:verify_sampler_benchmark)
 (cd "$worktree" && bazel shutdown >/dev/null 2>&1 || true)
-du -sh .carry/verify-new .carry/verify-old
+du -sh .carry/verify-new .carry/verify-old .carry/verify-trace

@@ -12,6 +12,9 @@
 #           benchmark of the new tree
 #   peers   PyTorch eager and FlashInfer on the same inputs, with the new
 #           kernel's table for docs/PERF.md (kernels/bench/run_on_gpu.sh)
+#   phases  where the new kernel's time goes: the phase-timed benchmark of
+#           .carry/verify-trace at one and six rows, temperature 1, top_p
+#           0.9 and top_k 50, summarised by kernels/bench/verify_phase_trace.py
 #
 #   tools/device/verify_kernel_compare.sh [STAGE...]
 #
@@ -23,6 +26,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 new=.carry/verify-new
 old=.carry/verify-old
+trace=.carry/verify-trace
 out=${OUT:-/tmp}
 stages=("$@")
 ((${#stages[@]} == 0)) && stages=(parity bench sweep top_p peers)
@@ -66,6 +70,23 @@ for stage in "${stages[@]}"; do
     peers)
       OUT=$out/new kernels/bench/run_on_gpu.sh "$new/bin/kernels/bench/verify_sampler_benchmark" \
         "$new/bin/kernels/bench/libverdict_verify_sample.so" .whl || status=1
+      ;;
+    phases)
+      mkdir -p "$out/new/phases"
+      for setting in --temperature=1 --top_p=0.9 --top_k=50; do
+        for requests in 0 1; do
+          name=${setting#--}_requests$requests
+          name=${name//=/_}
+          (source "$trace/env.sh" &&
+             "$trace/bin/kernels/bench/verify_sampler_benchmark" --vocab_sizes=151936 \
+               --requests="$requests" --launches=2 --repeats=3 "$setting" \
+               --json_out="$out/new/phases/$name.json" > "$out/new/phases/$name.log" 2>&1) ||
+            status=1
+          echo "-- $setting, $requests requests"
+          python3 kernels/bench/verify_phase_trace.py "$out/new/phases/$name.log" \
+            --json "$out/new/phases/$name.summary.json" || status=1
+        done
+      done
       ;;
     *) echo "unknown stage $stage" >&2; status=1 ;;
   esac
