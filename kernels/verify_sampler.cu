@@ -132,8 +132,10 @@ __device__ __forceinline__ unsigned long long GlobalTimerNs() {
   do {                                                               \
     if (threadIdx.x == 0) phase_times[phase] = GlobalTimerNs();      \
   } while (0)
-// One line a CTA: each phase's nanoseconds since the start, -1 where the
-// row did not pass it.
+// One line a CTA (one printf, so that CTAs' lines do not interleave): each
+// phase's nanoseconds since the start, -1 where the row did not pass it.
+// The format names the phases in the enum's order.
+static_assert(kPhases == 18, "PrintPhases prints every phase after kPhaseStart");
 __device__ void PrintPhases(const unsigned long long* times, int32_t row, int rank) {
   long long d[kPhases];
   for (int k = 0; k < kPhases; ++k) {
@@ -1008,8 +1010,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     // Whether a filter keeps fewer ids than every allowed one (each then
     // sets a threshold above -inf), and whether the row samples q over every
     // allowed id: not greedy, not verified, no golden id, no filter.
+    const float min_p_threshold = MinPThreshold(row_max, b.min_p);
     const bool top_k_on = b.top_k > 0 && b.top_k < b.allowed;
-    const bool filtered = top_k_on || b.top_p < 1.0f || MinPThreshold(row_max, b.min_p) > kNegInf;
+    const bool filtered = top_k_on || b.top_p < 1.0f || min_p_threshold > kNegInf;
     const bool unfiltered_q = !b.greedy && !verify && b.golden < 0 && !filtered;
 
     // The mass of every allowed id, from all tile records of the cluster
@@ -1290,7 +1293,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         const int32_t tile = (list_id[i] - c0) / kMassTileIds;
         const float m = FromOrderKey(list_tile_key[tile]);  // +0 for a zero maximum
         SharedAddU64(&list_tile_sum[tile],
-                  static_cast<unsigned long long>(FixedExpNonPositive(FSub(list_z[i], m))));
+                     static_cast<unsigned long long>(FixedExpNonPositive(FSub(list_z[i], m))));
       }
       __syncthreads();
       unsigned long long local = 0;
@@ -1539,8 +1542,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         if (!Kept(list_z[i], v)) continue;
         const int32_t tile = (list_id[i] - c0) / kMassTileIds;
         SharedAddU64(&list_tile_sum[tile],
-                  static_cast<unsigned long long>(
-                      FixedExpNonPositive(FSub(list_z[i], records[tile].max))));
+                     static_cast<unsigned long long>(
+                         FixedExpNonPositive(FSub(list_z[i], records[tile].max))));
       }
       __syncthreads();
       unsigned long long local = 0;
@@ -1559,7 +1562,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     unsigned long long mass = b.mass;
     if (!b.greedy) {
       // Min-p: a threshold relative to the row maximum.
-      threshold = MinPThreshold(row_max, b.min_p);
+      threshold = min_p_threshold;
       if (threshold > kNegInf && !top_k_on) mass = cluster_kept_mass(threshold);
       bool listed = false;  // the CTAs' lists hold every kept id
       if (top_k_on) {
