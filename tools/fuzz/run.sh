@@ -6,9 +6,12 @@
 # tests/fuzz/corpus/NAME/, so that `bazel test` replays it from then on.
 #
 #   tools/fuzz/run.sh [--runs N | --seconds S] [--seed K] [--out OUT_DIR]
-#                     [--rss-limit-mb MB] [NAME...]
+#                     [--rss-limit-mb MB] [--resume] [NAME...]
 #
-# With --runs and --seed a run is repeatable (CI uses both). --rss-limit-mb
+# With --runs and --seed a run is repeatable (CI uses both). With --resume
+# a target starts from the corpus an earlier run left in OUT_DIR/NAME/corpus
+# (the repository's seeds added), so that a long campaign can run in parts;
+# without it the corpus starts from the seeds. --rss-limit-mb
 # (default 2048) is libFuzzer's memory limit: http_request's long runs need
 # more, since its RSS grows by about 260 bytes an execution under ASan
 # (docs/RELIABILITY.md).
@@ -23,6 +26,7 @@ seconds=30
 seed=0
 out=/tmp/verdict-fuzz
 rss_limit_mb=2048
+resume=0
 names=()
 while (($#)); do
   case "$1" in
@@ -31,6 +35,7 @@ while (($#)); do
     --out) out=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --rss-limit-mb) rss_limit_mb=$2; shift 2 ;;
+    --resume) resume=1; shift ;;
     *) names+=("$1"); shift ;;
   esac
 done
@@ -64,7 +69,11 @@ status=0
 mkdir -p "$out"
 for n in "${names[@]}"; do
   work="$out/$n"
-  rm -rf "$work"
+  if ((resume)); then
+    rm -f "$work/log"
+  else
+    rm -rf "$work"
+  fi
   mkdir -p "$work/corpus"
   cp tests/fuzz/corpus/"$n"/* "$work/corpus/"
   limit=(-max_total_time="$seconds")
