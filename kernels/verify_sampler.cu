@@ -369,6 +369,17 @@ __device__ int32_t BlockMinInt(int32_t v, Scratch& s) {
   return v;
 }
 
+// The OR of `v` over the CTA, in every thread.
+__device__ uint32_t BlockOr(uint32_t v, Scratch& s) {
+  v = __reduce_or_sync(0xFFFFFFFFu, v);
+  if (Lane() == 0) s.j[Warp()] = static_cast<int32_t>(v);
+  __syncthreads();
+  uint32_t all = 0;
+  for (int w = 0; w < kWarps; ++w) all |= static_cast<uint32_t>(s.j[w]);
+  __syncthreads();
+  return all;
+}
+
 __device__ unsigned long long BlockSumU64(unsigned long long v, Scratch& s) {
   v = WarpSumU64(v);
   if (Lane() == 0) s.u[Warp()] = v;
@@ -460,22 +471,69 @@ __device__ unsigned long long BlockExclusiveScanU64(unsigned long long v, Scratc
   return base + inclusive - v;
 }
 
+// The selections' walks over 256 bins in the order of decreasing values,
+// one position a thread (thread p at position p), with a CTA-wide scan
+// instead of one thread's serial walk. Every thread gets the result.
+//
+// Top-k: the first position whose count, added to the counts before it,
+// reaches `need` (the last position if none before it does), and in
+// *before the counts before it.
+__device__ int WalkToCount(uint32_t count, uint32_t need, Scratch& s, uint32_t* before) {
+  __shared__ int chosen_position;
+  __shared__ uint32_t chosen_before;
+  static_assert(kThreads == 256, "one thread a bin");
+  const int tid = threadIdx.x;
+  const uint32_t mine = static_cast<uint32_t>(BlockExclusiveScanU64(count, s));
+  const bool reaches = tid == 255 || mine + count >= need;
+  const int position = BlockMinInt(reaches ? tid : 255, s);
+  if (tid == 0) chosen_position = position;
+  __syncthreads();
+  if (tid == chosen_position) chosen_before = mine;
+  __syncthreads();
+  *before = chosen_before;
+  return chosen_position;
+}
+
+// Top-p: the last non-empty position whose mass before it (starting from
+// `above`) is below `limit`, or -1; its mass before it in *before. The
+// masses before the positions grow along the walk, so this is where a
+// serial walk that stops at the first non-empty bin at or over the limit
+// would stop.
+__device__ int WalkToMass(bool non_empty, unsigned long long mass, unsigned long long above,
+                          double limit, Scratch& s, unsigned long long* before) {
+  __shared__ int chosen_position;
+  __shared__ unsigned long long chosen_before;
+  static_assert(kThreads == 256, "one thread a bin");
+  const int tid = threadIdx.x;
+  const unsigned long long mine = above + BlockExclusiveScanU64(mass, s);
+  const bool qualifies = non_empty && FixedToDouble(mine) < limit;
+  const int position = -BlockMinInt(qualifies ? -tid : 1, s);
+  if (tid == 0) chosen_position = position;
+  __syncthreads();
+  if (tid == chosen_position) chosen_before = mine;
+  __syncthreads();
+  *before = chosen_before;
+  return chosen_position;
+}
+
 // The cluster leader's top-p selection over every CTA's candidate list (the
 // ids of the threshold's candidate bins): the smallest listed value v with
 // mass_above + mass(listed z > v) < limit, weights relative to the row
 // maximum, ties kept together. The lists' values are first gathered into
-// `gathered` (kListCapacity floats of the leader's shared memory); then four
-// radix rounds on the order keys' bytes each bin the candidates that match
-// the digits found so far and walk the bins from the largest values down,
-// with a CTA-wide scan instead of a serial walk. Every CTA of the cluster
-// must have finished its list (a cluster barrier) before the call.
+// `gathered` (kListCapacity floats of the leader's shared memory); then radix
+// rounds on digits of up to eight bits of the order keys each bin the
+// candidates that match the digits found so far and walk the bins from the
+// largest values down (WalkToMass). The candidates lie in a few narrow bins,
+// so their keys share their high bits: the rounds start below the highest
+// bit where two of them differ (rounds on the shared bits sent every
+// candidate to one bin, whose atomics serialised). The caller's bounds
+// guarantee mass_above < limit, so the largest candidate always qualifies.
+// Every CTA of the cluster must have finished its list (a cluster barrier)
+// before the call.
 __device__ float SelectTopPOnLists(cg::cluster_group& cluster, int splits, float* list_z,
                                    int32_t* list_size, float* gathered, float row_max,
                                    double limit, unsigned long long mass_above, Scratch& s) {
   __shared__ int32_t offsets[kMaxSplits + 1];
-  __shared__ uint32_t chosen_prefix;
-  __shared__ unsigned long long chosen_above;
-  __shared__ int32_t chosen_position;
   const int tid = threadIdx.x;
   if (tid == 0) {
     offsets[0] = 0;
@@ -488,10 +546,20 @@ __device__ float SelectTopPOnLists(cg::cluster_group& cluster, int splits, float
     for (int32_t i = tid; i < n; i += kThreads) gathered[offsets[c] + i] = remote[i];
   }
   const int32_t total = offsets[splits];
-  uint32_t prefix = 0;
+  __syncthreads();
+  // Bits [0, top) of the keys decide; above them every candidate has the
+  // first one's bits (with at most one distinct key, no round is needed).
+  const uint32_t first_key = total > 0 ? KeyOf(gathered[0]) : 0u;
+  uint32_t differ = 0;
+  for (int32_t i = tid; i < total; i += kThreads) differ |= KeyOf(gathered[i]) ^ first_key;
+  const int top = 32 - __clz(BlockOr(differ, s));
+  uint32_t prefix = top >= 32 ? 0u : first_key & ~((1u << top) - 1u);
   unsigned long long above = mass_above;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    const uint32_t high_mask = shift >= 24 ? 0u : (0xFFFFFFFFu << (shift + 8));
+  for (int digit_end = top; digit_end > 0; digit_end -= 8) {
+    // This round's digit: bits [shift, digit_end), at most eight.
+    const int shift = max(digit_end - 8, 0);
+    const uint32_t high_mask = digit_end >= 32 ? 0u : (0xFFFFFFFFu << digit_end);
+    const uint32_t digit_mask = (1u << (digit_end - shift)) - 1u;
     for (int i = tid; i < 256; i += kThreads) {
       s.bins[i] = 0;
       s.bin_mass[i] = 0;
@@ -501,7 +569,7 @@ __device__ float SelectTopPOnLists(cg::cluster_group& cluster, int splits, float
       const float z = gathered[i];
       const uint32_t key = KeyOf(z);
       if ((key & high_mask) != (prefix & high_mask)) continue;
-      const uint32_t bin = (key >> shift) & 0xFFu;
+      const uint32_t bin = (key >> shift) & digit_mask;
       const unsigned long long w = FixedExpNonPositive(FSub(z, row_max));
       if (w > 0) {
         SharedAddU64(&s.bin_mass[bin], w);
@@ -511,28 +579,16 @@ __device__ float SelectTopPOnLists(cg::cluster_group& cluster, int splits, float
     }
     __syncthreads();
     // Walk position p (thread p) is bin 255 - p: values decrease along it.
-    static_assert(kThreads == 256, "one thread a bin");
-    const uint32_t bin = 255u - static_cast<uint32_t>(tid);
-    const unsigned long long mass = s.bin_mass[bin];
-    const bool non_empty = mass != 0 || s.bins[bin] != 0;
-    const unsigned long long before = above + BlockExclusiveScanU64(mass, s);
     // The last non-empty bin whose mass above is under the limit (the
     // first non-empty one always is).
-    const bool qualifies = non_empty && FixedToDouble(before) < limit;
-    const int32_t last = -BlockMinInt(qualifies ? -tid : 1, s);
-    if (tid == 0) {
-      chosen_position = last;
-      chosen_prefix = prefix;  // kept should no bin qualify (it cannot)
-      chosen_above = above;
+    const uint32_t bin = 255u - static_cast<uint32_t>(tid);
+    const unsigned long long mass = s.bin_mass[bin];
+    unsigned long long before;
+    const int position = WalkToMass(mass != 0 || s.bins[bin] != 0, mass, above, limit, s, &before);
+    if (position >= 0) {  // always: kept should no bin qualify (it cannot)
+      prefix |= (255u - static_cast<uint32_t>(position)) << shift;
+      above = before;
     }
-    __syncthreads();
-    if (tid == chosen_position) {
-      chosen_prefix = prefix | (bin << shift);
-      chosen_above = before;
-    }
-    __syncthreads();
-    prefix = chosen_prefix;
-    above = chosen_above;
   }
   return FromOrderKey(prefix);
 }
@@ -1184,14 +1240,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       for (int r = first_round; r < 5; ++r) {
         const int shift = r == 0 ? kBucketRound : 32 - 8 * r;
         selection_round(from_list, shift, b.prefix, b.bucket, false, kNegInf);
+        uint32_t above;
+        const int i = WalkToCount(scratch.bins[bin_at(shift, tid)], b.remaining, scratch, &above);
         if (tid == 0) {
-          uint32_t above = 0;
-          int i = 0;
-          for (; i < 255; ++i) {
-            const uint32_t count = scratch.bins[bin_at(shift, i)];
-            if (above + count >= b.remaining) break;
-            above += count;
-          }
           b.remaining -= above;
           if (shift == kBucketRound) {
             b.bucket = i;
@@ -1218,19 +1269,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       for (int r = first_round; r < 5; ++r) {
         const int shift = r == 0 ? kBucketRound : 32 - 8 * r;
         selection_round(from_list, shift, b.prefix, b.bucket, true, t);
+        const int bin = bin_at(shift, tid);
+        unsigned long long g_chosen;
+        const int position =
+            WalkToMass(scratch.bins[bin] != 0 || scratch.bin_mass[bin] != 0, scratch.bin_mass[bin],
+                       b.mass_above, limit, scratch, &g_chosen);
         if (tid == 0) {
-          unsigned long long g = b.mass_above;
-          int chosen = -1;
-          unsigned long long g_chosen = g;
-          for (int i = 0; i < 256; ++i) {
-            const int bin = bin_at(shift, i);
-            if (scratch.bins[bin] == 0 && scratch.bin_mass[bin] == 0) continue;
-            if (!(FixedToDouble(g) < limit)) break;
-            chosen = bin;
-            g_chosen = g;
-            g += scratch.bin_mass[bin];
-          }
-          if (chosen >= 0) {  // always true: the largest kept value qualifies
+          if (position >= 0) {  // always true: the largest kept value qualifies
+            const int chosen = bin_at(shift, position);
             if (shift == kBucketRound) {
               b.bucket = chosen;
             } else {
@@ -1320,7 +1366,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
     //  2. every CTA sums exactly the mass of its ids above the candidate
     //     bins (in registers), adds their weights to their tiles' kept sums,
     //     and lists the candidates; the leader gathers the lists and finds
-    //     the threshold among them in four radix rounds on the order keys,
+    //     the threshold among them in radix rounds on the order keys,
     //     with no cluster barrier between rounds;
     //  3. every CTA adds its listed ids at or above the threshold to their
     //     tiles' sums, and the kept masses are summed over the cluster.
@@ -1570,12 +1616,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         // when the ids down to that bucket fit the lists, the rest of the
         // selection (and top-p after it) runs on them, not on the row.
         selection_round(false, kBucketRound, 0, -1, false, kNegInf);
+        uint32_t above;
+        const int i =
+            WalkToCount(scratch.bins[tid], static_cast<uint32_t>(b.top_k), scratch, &above);
         if (tid == 0) {
-          uint32_t above = 0;
-          int i = 0;
-          for (; i < 255 && above + scratch.bins[i] < static_cast<uint32_t>(b.top_k); ++i) {
-            above += scratch.bins[i];
-          }
           b.bucket = i;
           b.remaining = above + scratch.bins[i];  // ids in buckets 0 .. i
         }
@@ -1601,18 +1645,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
           // (and the mass above it); its ids, when they fit, go to the lists
           // for the key rounds. The kept mass takes one more pass.
           selection_round(false, kBucketRound, 0, -1, true, threshold);
+          unsigned long long g_chosen;
+          const int position = WalkToMass(scratch.bins[tid] != 0, scratch.bin_mass[tid], 0, limit,
+                                          scratch, &g_chosen);
           if (tid == 0) {
-            unsigned long long g = 0;
-            int chosen = 0;
-            unsigned long long g_chosen = 0;
-            for (int bin = 0; bin < 256; ++bin) {
-              if (scratch.bins[bin] == 0) continue;
-              if (!(FixedToDouble(g) < limit)) break;
-              chosen = bin;
-              g_chosen = g;
-              g += scratch.bin_mass[bin];
-            }
-            b.bucket = chosen;  // bucket 0 holds the maximum, always kept
+            // Bucket 0 holds the maximum, always kept (and always qualifies).
+            const int chosen = position >= 0 ? position : 0;
+            if (position < 0) g_chosen = 0;
+            b.bucket = chosen;
             b.mass_above = g_chosen;
             b.remaining = scratch.bins[chosen];
           }

@@ -25,9 +25,10 @@ class VerifyPhaseTraceTest(unittest.TestCase):
                               filtered=merged + 1000, decided=merged + 1500,
                               drawn=merged + 4000, end=end))
         summary = trace.summarise(trace.parse(lines))
-        self.assertEqual(list(summary), [(0, 15)])
-        s = summary[(0, 15)]
-        self.assertEqual(s["launches"], 3)
+        plain = ("streamed", "merged", "mass", "filtered", "decided", "drawn", "end")
+        self.assertEqual(list(summary), [(0, 15, plain)])
+        s = summary[(0, 15, plain)]
+        self.assertEqual((s["launches"], s["of"]), (3, 3))
         by_phase = {p["phase"]: p for p in s["phases"]}
         self.assertEqual(list(by_phase), ["streamed", "merged", "mass", "filtered", "decided",
                                           "drawn", "end"])
@@ -39,17 +40,29 @@ class VerifyPhaseTraceTest(unittest.TestCase):
         self.assertAlmostEqual(by_phase["end"]["took_us"], 2.5)
         self.assertAlmostEqual(by_phase["end"]["end_us"], 16.0)
 
-    def test_a_phase_missed_in_some_launch_is_left_out(self):
+    def test_launches_that_took_another_path_are_summarised_apart(self):
+        # The residual ran in two of three launches of this row.
         lines = [line(2, 0, streamed=1000, residual_summed=5000, end=9000),
-                 line(2, 0, streamed=1000, end=8000)]
-        s = trace.summarise(trace.parse(lines))[(2, 0)]
-        self.assertEqual([p["phase"] for p in s["phases"]], ["streamed", "end"])
-        # end's duration counts from the last phase the launch passed.
-        self.assertAlmostEqual(s["phases"][1]["took_us"], (4000 + 7000) / 2 / 1000)
+                 line(2, 0, streamed=1000, end=8000),
+                 line(2, 0, streamed=2000, residual_summed=8000, end=10000)]
+        summary = trace.summarise(trace.parse(lines))
+        residual = (2, 0, ("streamed", "residual_summed", "end"))
+        plain = (2, 0, ("streamed", "end"))
+        # The more common path first.
+        self.assertEqual(list(summary), [residual, plain])
+        self.assertEqual((summary[residual]["launches"], summary[residual]["of"]), (2, 3))
+        self.assertEqual((summary[plain]["launches"], summary[plain]["of"]), (1, 3))
+        took = {p["phase"]: p["took_us"] for p in summary[residual]["phases"]}
+        # residual_summed - streamed: 4000, 6000 ns; end - residual_summed: 4000, 2000.
+        self.assertAlmostEqual(took["residual_summed"], 5.0)
+        self.assertAlmostEqual(took["end"], 3.0)
+        # The plain launch's end counts from the last phase it passed.
+        self.assertAlmostEqual(summary[plain]["phases"][1]["took_us"], 7.0)
 
     def test_rows_and_ranks_are_kept_apart(self):
         lines = [line(0, 0, end=1000), line(0, 15, end=2000), line(1, 0, end=3000)]
-        self.assertEqual(list(trace.summarise(trace.parse(lines))), [(0, 0), (0, 15), (1, 0)])
+        self.assertEqual([key[:2] for key in trace.summarise(trace.parse(lines))],
+                         [(0, 0), (0, 15), (1, 0)])
 
     def test_a_malformed_line_is_an_error(self):
         with self.assertRaises(ValueError):

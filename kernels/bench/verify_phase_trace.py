@@ -8,7 +8,10 @@ launch: each phase boundary's nanoseconds since the row's start, -1 where
 the row did not pass it. This script reads those lines (the benchmark's
 output) and prints, for each row and CTA over the launches, the median time
 at which each phase ended and the median time the phase took (from the
-previous boundary the row passed), in microseconds.
+previous boundary the row passed), in microseconds. Launches in which a row
+took a different path (say, the residual in some launches and not in
+others, as a request's rejected row moves between rows with the inputs) are
+summarised apart, path by path, each with its share of the launches.
 
 On the GPU machine, from a bundle built with
 `VERDICT_BUNDLE_BAZEL_ARGS=--config=verify_phase_trace tools/device/bundle.sh DIR
@@ -53,22 +56,25 @@ def parse(lines):
 
 
 def summarise(runs):
-    """Per (row, rank): each phase the row passed in every launch, with the
-    median end time and the median duration since the previous phase, in us."""
+    """Per (row, rank, path), path being the phases a launch passed: the
+    median end time of each phase and the median duration since the previous
+    phase passed, in us, over the launches that took that path."""
     out = {}
-    for key, launches in sorted(runs.items()):
-        phases = []
-        for phase in PHASES:
-            if any(t[phase] < 0 for t in launches):
-                continue
-            ends, took = [], []
-            for t in launches:
-                before = [t[p] for p in PHASES[:PHASES.index(phase)] if t[p] >= 0]
-                ends.append(t[phase] / 1000)
-                took.append((t[phase] - (before[-1] if before else 0)) / 1000)
-            phases.append({"phase": phase, "end_us": statistics.median(ends),
-                           "took_us": statistics.median(took)})
-        out[key] = {"launches": len(launches), "phases": phases}
+    for (row, rank), launches in sorted(runs.items()):
+        by_path = collections.defaultdict(list)
+        for t in launches:
+            by_path[tuple(p for p in PHASES if t[p] >= 0)].append(t)
+        # The most common path first, then by the phases' order.
+        for path, group in sorted(by_path.items(),
+                                  key=lambda kv: (-len(kv[1]), [PHASES.index(p) for p in kv[0]])):
+            phases = []
+            for i, phase in enumerate(path):
+                ends = [t[phase] / 1000 for t in group]
+                took = [(t[phase] - (t[path[i - 1]] if i > 0 else 0)) / 1000 for t in group]
+                phases.append({"phase": phase, "end_us": statistics.median(ends),
+                               "took_us": statistics.median(took)})
+            out[(row, rank, path)] = {"launches": len(group), "of": len(launches),
+                                      "phases": phases}
     return out
 
 
@@ -82,12 +88,12 @@ def main():
     if not summary:
         sys.exit("verify_phase_trace: no verify_phase lines (was the kernel built with "
                  "--config=verify_phase_trace?)")
-    for (row, rank), s in summary.items():
-        print(f"row {row} rank {rank} ({s['launches']} launches): " + ", ".join(
+    for (row, rank, _), s in summary.items():
+        print(f"row {row} rank {rank} ({s['launches']} of {s['of']} launches): " + ", ".join(
             f"{p['phase']} {p['took_us']:.1f} (at {p['end_us']:.1f})" for p in s["phases"]))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([{"row": row, "rank": rank, **s} for (row, rank), s in summary.items()],
+            json.dump([{"row": row, "rank": rank, **s} for (row, rank, _), s in summary.items()],
                       f, indent=1)
 
 
