@@ -15,6 +15,9 @@
 #   phases  where the new kernel's time goes: the phase-timed benchmark of
 #           .carry/verify-trace at one and six rows, temperature 1, top_p
 #           0.9 and top_k 50, summarised by kernels/bench/verify_phase_trace.py
+#   stalls  why: Nsight Compute's warp states and stall samples (with the
+#           source lines) of one launch of the new kernel at the same
+#           settings, a CSV and an ncu-rep report each
 #
 #   tools/device/verify_kernel_compare.sh [STAGE...]
 #
@@ -85,6 +88,32 @@ for stage in "${stages[@]}"; do
           echo "-- $setting, $requests requests"
           python3 kernels/bench/verify_phase_trace.py "$out/new/phases/$name.log" \
             --json "$out/new/phases/$name.summary.json" || status=1
+        done
+      done
+      ;;
+    stalls)
+      mkdir -p "$out/new/stalls"
+      ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      for setting in --temperature=1 --top_p=0.9 --top_k=50; do
+        for requests in 0 1; do
+          name=${setting#--}_requests$requests
+          name=${name//=/_}
+          # Launch 4: after the benchmark's warm-up launches on each input copy.
+          (source "$new/env.sh" &&
+             "$ncu" -k regex:VerifySample --launch-skip 4 --launch-count 1 \
+               --section WarpStateStats --section SchedulerStats --section SourceCounters \
+               --section LaunchStats --import-source yes -o "$out/new/stalls/$name" -f \
+               "$new/bin/kernels/bench/verify_sampler_benchmark" --vocab_sizes=151936 \
+               --requests="$requests" --launches=2 --repeats=1 "$setting" --json_out=/dev/null \
+               > "$out/new/stalls/$name.log" 2>&1 &&
+             "$ncu" --import "$out/new/stalls/$name.ncu-rep" --csv --page details \
+               > "$out/new/stalls/$name.csv") || status=1
+          echo "-- $setting, $requests requests"
+          python3 -c 'import csv, sys
+for r in csv.DictReader(open(sys.argv[1])):
+    if r["Section Name"] in ("Warp State Statistics", "Scheduler Statistics"):
+        print(" ", r["Metric Name"], r["Metric Value"], r["Metric Unit"])' \
+            "$out/new/stalls/$name.csv" || status=1
         done
       done
       ;;
