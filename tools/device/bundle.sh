@@ -26,7 +26,6 @@ fi
 # server on the CUDA backend with it (VERDICT_BUNDLE_VERDICT=0 leaves it out,
 # for bundles of kernel tests and benchmarks alone).
 if [[ "${VERDICT_BUNDLE_VERDICT:-1}" != 0 ]]; then targets+=(//runtime/cli:verdict); fi
-# VERDICT_BUNDLE_BAZEL_ARGS: extra build flags, e.g. --config=verify_phase_trace.
 read -ra extra_args <<<"${VERDICT_BUNDLE_BAZEL_ARGS:-}"
 bazel build "${extra_args[@]}" "${targets[@]}"
 bin_root=$(bazel info "${extra_args[@]}" bazel-bin 2>/dev/null)
