@@ -41,6 +41,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/philox.h"
@@ -178,6 +179,10 @@ struct KernelArgs {
   int32_t grid_rows;      // max(total_q, 1)
   bool vector_logits;
   bool vector_probs;
+  // A step smaller than the GPU: a sampled verify row asks L2 for its CTA's
+  // slice of the draft's p at the start, so that the residual's pass (the
+  // rejected row's second pass) finds it there instead of in HBM.
+  bool prefetch_probs;
 };
 
 // One mass tile of the first pass: its kept maximum (+0 for a zero maximum,
@@ -637,30 +642,19 @@ struct RowZ {
   int32_t mask;
 };
 
-// z of four consecutive ids from `id` (a multiple of 4); ids past the
-// vocabulary and ids the bitmask forbids are -inf. For rows whose logits
-// passed the finiteness check (every pass after the first).
-template <typename LogitT>
-__device__ __forceinline__ float4 LoadZGroup(const KernelArgs& a, const LogitT* row_logits,
-                                             int32_t id, const RowZ& rz) {
-  const VerifyInputs& in = a.in;
-  const int32_t v_size = in.vocab_size;
-  float t[4];
-  if (id + 3 < v_size) {
-    const float4 f = LoadFour(row_logits + id, a.vector_logits);
-    t[0] = f.x;
-    t[1] = f.y;
-    t[2] = f.z;
-    t[3] = f.w;
-  } else {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) t[j] = id + j < v_size ? LoadOne(row_logits + id + j) : kNegInf;
-  }
-  // The four ids share one bitmask word (id is a multiple of 4).
-  const uint32_t word =
-      rz.mask >= 0 && id < v_size
-          ? in.bitmask_bits[static_cast<int64_t>(rz.mask) * in.bitmask_words + (id >> 5)]
-          : ~0u;
+// The bitmask word of the four ids from `id` (a multiple of 4, so they
+// share it), or all ones where the row has no bitmask or `id` is past the
+// vocabulary.
+__device__ __forceinline__ uint32_t MaskWord(const VerifyInputs& in, int32_t id, const RowZ& rz) {
+  return rz.mask >= 0 && id < in.vocab_size
+             ? in.bitmask_bits[static_cast<int64_t>(rz.mask) * in.bitmask_words + (id >> 5)]
+             : ~0u;
+}
+
+// z of four loaded logits from `id`: temperature, then the bitmask word.
+__device__ __forceinline__ float4 ZOfGroup(float4 logits, uint32_t word, int32_t id,
+                                           const RowZ& rz) {
+  float t[4] = {logits.x, logits.y, logits.z, logits.w};
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     float z = rz.scale ? ScaleLogit(t[j], rz.inv_temperature) : t[j];
@@ -668,6 +662,25 @@ __device__ __forceinline__ float4 LoadZGroup(const KernelArgs& a, const LogitT* 
     t[j] = z;
   }
   return make_float4(t[0], t[1], t[2], t[3]);
+}
+
+// z of four consecutive ids from `id` (a multiple of 4); ids past the
+// vocabulary and ids the bitmask forbids are -inf. For rows whose logits
+// passed the finiteness check (every pass after the first).
+template <typename LogitT>
+__device__ __forceinline__ float4 LoadZGroup(const KernelArgs& a, const LogitT* row_logits,
+                                             int32_t id, const RowZ& rz) {
+  const int32_t v_size = a.in.vocab_size;
+  float4 f;
+  if (id + 3 < v_size) {
+    f = LoadFour(row_logits + id, a.vector_logits);
+  } else {
+    f.x = id < v_size ? LoadOne(row_logits + id) : kNegInf;
+    f.y = id + 1 < v_size ? LoadOne(row_logits + id + 1) : kNegInf;
+    f.z = id + 2 < v_size ? LoadOne(row_logits + id + 2) : kNegInf;
+    f.w = kNegInf;
+  }
+  return ZOfGroup(f, MaskWord(a.in, id, rz), id, rz);
 }
 
 // Streams a CTA's slice of `tiles` mass tiles from `first_tile`, a tile per
@@ -686,8 +699,20 @@ __device__ __forceinline__ void StreamSliceValues(const KernelArgs& a, const Log
     const int32_t base = (first_tile + tile) * kMassTileIds + 4 * Lane();
     begin_tile(tile);
     float4 z4[kTileGroups];
+    if ((first_tile + tile + 1) * kMassTileIds <= a.in.vocab_size) {
+      // Every load of the tile issued before the first is used (LoadZGroup's
+      // branches for the row's last tile would make each wait for the one
+      // before).
 #pragma unroll
-    for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadZGroup(a, row_logits, base + 128 * k, rz);
+      for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadFour(row_logits + base + 128 * k, a.vector_logits);
+#pragma unroll
+      for (int k = 0; k < kTileGroups; ++k) {
+        z4[k] = ZOfGroup(z4[k], MaskWord(a.in, base + 128 * k, rz), base + 128 * k, rz);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadZGroup(a, row_logits, base + 128 * k, rz);
+    }
 #pragma unroll
     for (int k = 0; k < kTileGroups; ++k) {
 #pragma unroll
@@ -874,7 +899,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
   // This CTA's ids: [c0, c0 + n), whole tiles but for the row's last.
   const int32_t c0 = first_tile * kMassTileIds;
   const int32_t n = max(0, min(v_size - c0, my_tiles * kMassTileIds));
-  const int32_t groups = (n + 3) / 4;
   bool published = false;  // by the leader's thread 0
 
   // ---- 1. Where the row is (warp 0); skipped rows read nothing. Warp 1 of
@@ -931,6 +955,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
         b.inv_temperature = sampling.inv_temperature;
         b.top_k = sampling.top_k;
         next_tile = 0;
+        if (a.prefetch_probs && b.info.kind == RowKind::kVerify && !sampling.greedy && n >= 4) {
+          // Row starts are 16-byte aligned (vector_probs), and so is c0.
+          const float* p_slice =
+              in.draft_probs + b.info.draft_index * int64_t{in.draft_vocab_size} + c0;
+          asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p_slice),
+                       "r"(static_cast<uint32_t>(n / 4 * 16))
+                       : "memory");
+        }
       }
       int32_t first = kNoId;
       int32_t count = 0;
@@ -1823,7 +1855,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       const int64_t j = b.info.draft_index;
       const float* p_row = sparse ? nullptr : in.draft_probs + j * in.draft_vocab_size + c0;
       // The residual's sum of each of this CTA's tiles (the selection's
-      // per-tile sums are no longer needed).
+      // per-tile sums are no longer needed). A warp takes a batch of one
+      // tile's groups at a time: one warp reduction per batch, and the
+      // batches spread over the warps more evenly than whole tiles would.
       unsigned long long* tile_weights = list_tile_sum;
       for (int32_t t = tid; t < my_tiles; t += kThreads) tile_weights[t] = 0;
       if (sparse) {
@@ -1836,52 +1870,91 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       }
       __syncthreads();
       int32_t bad_p = kNoId;
-      // p of group g (zeros past the slice; dense rows only).
-      const auto load_p = [&](int32_t g) {
-        if (p_row == nullptr || g >= groups) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (a.vector_probs && 4 * g + 3 < n) return __ldcs(reinterpret_cast<const float4*>(p_row) + g);
-        float t[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) t[q] = 4 * g + q < n ? __ldcs(p_row + 4 * g + q) : 0.0f;
-        return make_float4(t[0], t[1], t[2], t[3]);
+      // A weight's share of the sum, from z and p of a kept-or-not id; the
+      // select before the exponential keeps the arithmetic branch-free.
+      const auto fixed_weight = [&](float zq, float pq) {
+        const float e = ExpNonPositive(Kept(zq, threshold) ? FSub(zq, row_max) : kNegInf);
+        return ToFixed(ResidualWeight(e, alpha_s, pq));
       };
-      const auto load_z = [&](int32_t g) {
-        if (g >= groups) return make_float4(kNegInf, kNegInf, kNegInf, kNegInf);
-        return LoadZGroup(a, row_logits, c0 + 4 * g, rz);
-      };
-      // Four groups of logits and p in flight per thread before the math on
-      // them. Group g0 + u * kThreads lies in local tile 4 * round + u for
-      // every thread (a tile is kThreads groups), so a warp sums each group
-      // position's weights and adds them to that tile; the loop runs while
-      // any lane of the warp has groups left, so the sums see every lane.
-      constexpr int kPrefetch = 4;
-      for (int32_t g0 = tid, round = 0; g0 - Lane() < groups; g0 += kPrefetch * kThreads, ++round) {
-        float4 z4[kPrefetch];
-        float4 p4[kPrefetch];
+      // Negative, NaN or infinite (!(p >= 0) || !IsFinite(p)) in two compares.
+      const auto p_is_bad = [](float pq) { return !(pq >= 0.0f && pq <= 3.40282347e38f); };
+      // A batch: kResidualBatch of lane l's kTileGroups groups of a tile
+      // (ids 128 k + 4 l .. + 3 of the tile), logits and p, in flight
+      // together before the math on them. `full`: a tile of dense, aligned
+      // p and logits inside the slice, with no per-id bounds or listed
+      // checks (every tile but the row's last in the common case); the
+      // general body serves the rest.
+      constexpr int kResidualBatch = 4;
+      constexpr int kBatchesPerTile = kTileGroups / kResidualBatch;
+      static_assert(kTileGroups % kResidualBatch == 0, "whole batches per tile");
+      const auto sum_batch = [&](int32_t t, int k0, auto full) {
+        float4 z4[kResidualBatch];
+        float4 p4[kResidualBatch];
+        uint32_t words[kResidualBatch];
 #pragma unroll
-        for (int u = 0; u < kPrefetch; ++u) {
-          z4[u] = load_z(g0 + u * kThreads);
-          p4[u] = load_p(g0 + u * kThreads);
-        }
+        for (int u = 0; u < kResidualBatch; ++u) {
+          const int32_t i = t * kMassTileIds + 128 * (k0 + u) + 4 * Lane();  // local id
+          if constexpr (decltype(full)::value) {
+            // Raw loads only: every load of the batch is issued before the
+            // first is used (z is formed below).
+            z4[u] = LoadFour(row_logits + c0 + i, true);
+            words[u] = MaskWord(in, c0 + i, rz);
+            p4[u] = __ldcs(reinterpret_cast<const float4*>(p_row + i));
+          } else {
+            z4[u] = i < n ? LoadZGroup(a, row_logits, c0 + i, rz)
+                          : make_float4(kNegInf, kNegInf, kNegInf, kNegInf);
+            float pt[4];
 #pragma unroll
-        for (int u = 0; u < kPrefetch; ++u) {
-          const int32_t g = g0 + u * kThreads;
-          unsigned long long sum = 0;
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int32_t i = 4 * g + q;
-            const float zq = Get(z4[u], q);
-            const float pq = Get(p4[u], q);
-            if (p_row != nullptr && i < n && (!(pq >= 0.0f) || !IsFinite(pq))) {
-              bad_p = min(bad_p, c0 + i);
-            }
-            const bool is_listed = sparse && i < n && ((listed[i >> 5] >> (i & 31)) & 1u);
-            const float e = Kept(zq, threshold) ? ExpNonPositive(FSub(zq, row_max)) : 0.0f;
-            if (i < n && !is_listed) sum += ToFixed(ResidualWeight(e, alpha_s, pq));
+            for (int q = 0; q < 4; ++q) pt[q] = p_row != nullptr && i + q < n ? __ldcs(p_row + i + q) : 0.0f;
+            p4[u] = make_float4(pt[0], pt[1], pt[2], pt[3]);
           }
-          sum = WarpSumU64(sum);
-          const int32_t tile = kPrefetch * round + u;
-          if (Lane() == 0 && sum != 0 && tile < my_tiles) SharedAddU64(&tile_weights[tile], sum);
+        }
+        unsigned long long sum = 0;
+        bool any_bad = false;  // full batches: a bad p somewhere in the batch
+#pragma unroll
+        for (int u = 0; u < kResidualBatch; ++u) {
+          const int32_t i0 = t * kMassTileIds + 128 * (k0 + u) + 4 * Lane();
+          if constexpr (decltype(full)::value) {
+            z4[u] = ZOfGroup(z4[u], words[u], c0 + i0, rz);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              any_bad |= p_is_bad(Get(p4[u], q));
+              sum += fixed_weight(Get(z4[u], q), Get(p4[u], q));
+            }
+          } else {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const int32_t i = i0 + q;
+              if (i >= n) continue;
+              const float pq = Get(p4[u], q);
+              if (p_row != nullptr && p_is_bad(pq)) bad_p = min(bad_p, c0 + i);
+              if (sparse && ((listed[i >> 5] >> (i & 31)) & 1u)) continue;
+              sum += fixed_weight(Get(z4[u], q), pq);
+            }
+          }
+        }
+        if (any_bad) {
+          // Rare (the step fails with the smallest bad id): read the
+          // batch's p again to find it, so that no branch sits between the
+          // batch's loads and its math.
+          for (int u = 0; u < kResidualBatch; ++u) {
+            for (int q = 0; q < 4; ++q) {
+              const int32_t i = t * kMassTileIds + 128 * (k0 + u) + 4 * Lane() + q;
+              if (p_is_bad(p_row[i])) bad_p = min(bad_p, c0 + i);
+            }
+          }
+        }
+        sum = WarpSumU64(sum);
+        if (Lane() == 0 && sum != 0) SharedAddU64(&tile_weights[t], sum);
+      };
+      const bool dense_aligned = p_row != nullptr && a.vector_probs && a.vector_logits;
+      for (int32_t unit = Warp(); unit < my_tiles * kBatchesPerTile; unit += kWarps) {
+        const int32_t t = unit / kBatchesPerTile;
+        const int k0 = unit % kBatchesPerTile * kResidualBatch;
+        if (dense_aligned && (t + 1) * kMassTileIds <= n) {
+          sum_batch(t, k0, std::true_type{});
+        } else {
+          sum_batch(t, k0, std::false_type{});
         }
       }
       // The sparse draft's listed ids: p is the sum of their entries, in list
@@ -2129,6 +2202,7 @@ LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_ind
     splits = CeilDiv(tiles, tiles_per_cta);
     args.splits = static_cast<int32_t>(splits);
     args.tiles_per_cta = static_cast<int32_t>(tiles_per_cta);
+    args.prefetch_probs = args.vector_probs && rows * splits <= slots;
     const int64_t dynamic = dynamic_of(tiles_per_cta);
     config.gridDim = dim3(static_cast<unsigned>(rows * splits), 1, 1);
     config.dynamicSmemBytes = static_cast<size_t>(dynamic);
@@ -2211,6 +2285,7 @@ LaunchStatus LaunchVerifySample(const VerifyInputs& in, VerifyOutputs* out, void
   args.vector_probs = in.draft_probs != nullptr && in.vocab_size % 4 == 0 &&
                       reinterpret_cast<uintptr_t>(in.draft_probs) % 16 == 0;
   args.splits = 1;
+  args.prefetch_probs = false;
   args.tiles_per_cta = 1;
   const cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   const LaunchStatus status = bf16 ? Launch<uint16_t>(args, *device, 1, stream, &error)
