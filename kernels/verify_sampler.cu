@@ -68,11 +68,15 @@ using verify_internal::RowKind;
 using verify_internal::RowSetup;
 using verify_internal::TileMassAtRowMax;
 
-// CTAs of 256 threads, at least three per SM (at most 85 registers a
-// thread): the stream keeps no row in shared memory, so occupancy is set by
-// registers alone.
+// CTAs of 256 threads. The stream keeps no row in shared memory, so
+// occupancy is set by registers alone: steps that fill the GPU run a build
+// with at least three CTAs per SM (at most 85 registers a thread), to hide
+// the stream's latency; steps of at most one CTA per SM, where occupancy
+// buys nothing, run a build with two (128 registers, no spills), whose
+// passes after the first keep more loads in flight.
 constexpr int kThreads = 256;
 constexpr int kCtasPerSm = 3;
+constexpr int kSmallStepCtasPerSm = 2;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxSplits = 16;
 // Tiles of one CTA; with kMaxSplits CTAs they cover the largest vocabulary.
@@ -630,6 +634,21 @@ __device__ __forceinline__ float4 LoadFour<uint16_t>(const uint16_t* p, bool vec
   return make_float4(LoadOne(p), LoadOne(p + 1), LoadOne(p + 2), LoadOne(p + 3));
 }
 
+// Four consecutive logits from an aligned p, cached in L2 only: for the
+// passes after the first, whose slices L2 still holds.
+template <typename LogitT>
+__device__ __forceinline__ float4 LoadFourL2(const LogitT* p);
+template <>
+__device__ __forceinline__ float4 LoadFourL2<float>(const float* p) {
+  return __ldcg(reinterpret_cast<const float4*>(p));
+}
+template <>
+__device__ __forceinline__ float4 LoadFourL2<uint16_t>(const uint16_t* p) {
+  const uint2 w = __ldcg(reinterpret_cast<const uint2*>(p));
+  return make_float4(BitsToFloat(w.x << 16), BitsToFloat(w.x & 0xFFFF0000u),
+                     BitsToFloat(w.y << 16), BitsToFloat(w.y & 0xFFFF0000u));
+}
+
 __device__ __forceinline__ float Get(const float4& v, int j) {
   return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
@@ -642,19 +661,30 @@ struct RowZ {
   int32_t mask;
 };
 
-// The bitmask word of the four ids from `id` (a multiple of 4, so they
-// share it), or all ones where the row has no bitmask or `id` is past the
-// vocabulary.
-__device__ __forceinline__ uint32_t MaskWord(const VerifyInputs& in, int32_t id, const RowZ& rz) {
-  return rz.mask >= 0 && id < in.vocab_size
-             ? in.bitmask_bits[static_cast<int64_t>(rz.mask) * in.bitmask_words + (id >> 5)]
-             : ~0u;
-}
-
-// z of four loaded logits from `id`: temperature, then the bitmask word.
-__device__ __forceinline__ float4 ZOfGroup(float4 logits, uint32_t word, int32_t id,
-                                           const RowZ& rz) {
-  float t[4] = {logits.x, logits.y, logits.z, logits.w};
+// z of four consecutive ids from `id` (a multiple of 4); ids past the
+// vocabulary and ids the bitmask forbids are -inf. For rows whose logits
+// passed the finiteness check (every pass after the first).
+template <typename LogitT>
+__device__ __forceinline__ float4 LoadZGroup(const KernelArgs& a, const LogitT* row_logits,
+                                             int32_t id, const RowZ& rz) {
+  const VerifyInputs& in = a.in;
+  const int32_t v_size = in.vocab_size;
+  float t[4];
+  if (id + 3 < v_size) {
+    const float4 f = LoadFour(row_logits + id, a.vector_logits);
+    t[0] = f.x;
+    t[1] = f.y;
+    t[2] = f.z;
+    t[3] = f.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) t[j] = id + j < v_size ? LoadOne(row_logits + id + j) : kNegInf;
+  }
+  // The four ids share one bitmask word (id is a multiple of 4).
+  const uint32_t word =
+      rz.mask >= 0 && id < v_size
+          ? in.bitmask_bits[static_cast<int64_t>(rz.mask) * in.bitmask_words + (id >> 5)]
+          : ~0u;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     float z = rz.scale ? ScaleLogit(t[j], rz.inv_temperature) : t[j];
@@ -664,23 +694,36 @@ __device__ __forceinline__ float4 ZOfGroup(float4 logits, uint32_t word, int32_t
   return make_float4(t[0], t[1], t[2], t[3]);
 }
 
-// z of four consecutive ids from `id` (a multiple of 4); ids past the
-// vocabulary and ids the bitmask forbids are -inf. For rows whose logits
-// passed the finiteness check (every pass after the first).
-template <typename LogitT>
-__device__ __forceinline__ float4 LoadZGroup(const KernelArgs& a, const LogitT* row_logits,
-                                             int32_t id, const RowZ& rz) {
-  const int32_t v_size = a.in.vocab_size;
-  float4 f;
-  if (id + 3 < v_size) {
-    f = LoadFour(row_logits + id, a.vector_logits);
-  } else {
-    f.x = id < v_size ? LoadOne(row_logits + id) : kNegInf;
-    f.y = id + 1 < v_size ? LoadOne(row_logits + id + 1) : kNegInf;
-    f.z = id + 2 < v_size ? LoadOne(row_logits + id + 2) : kNegInf;
-    f.w = kNegInf;
+// z, in place, of kCount loaded groups of four ids, id0 + 128 k .. + 3 for
+// group k, all inside the vocabulary (a whole tile's): temperature, then
+// the bitmask, each one branch for all groups, taken after the groups'
+// loads were issued, so that they are in flight together.
+template <int kCount>
+__device__ __forceinline__ void FormZ(const VerifyInputs& in, float4 (&z4)[kCount], int32_t id0,
+                                      const RowZ& rz) {
+  if (rz.scale) {
+#pragma unroll
+    for (int k = 0; k < kCount; ++k) {
+      z4[k] = make_float4(ScaleLogit(z4[k].x, rz.inv_temperature),
+                          ScaleLogit(z4[k].y, rz.inv_temperature),
+                          ScaleLogit(z4[k].z, rz.inv_temperature),
+                          ScaleLogit(z4[k].w, rz.inv_temperature));
+    }
   }
-  return ZOfGroup(f, MaskWord(a.in, id, rz), id, rz);
+  if (rz.mask >= 0) {
+    const uint32_t* bits = in.bitmask_bits + static_cast<int64_t>(rz.mask) * in.bitmask_words;
+    uint32_t words[kCount];
+#pragma unroll
+    for (int k = 0; k < kCount; ++k) words[k] = __ldg(bits + ((id0 + 128 * k) >> 5));
+#pragma unroll
+    for (int k = 0; k < kCount; ++k) {
+      const int shift = (id0 + 128 * k) & 31;  // the group's four ids share the word
+      if (!((words[k] >> shift) & 1u)) z4[k].x = kNegInf;
+      if (!((words[k] >> (shift + 1)) & 1u)) z4[k].y = kNegInf;
+      if (!((words[k] >> (shift + 2)) & 1u)) z4[k].z = kNegInf;
+      if (!((words[k] >> (shift + 3)) & 1u)) z4[k].w = kNegInf;
+    }
+  }
 }
 
 // Streams a CTA's slice of `tiles` mass tiles from `first_tile`, a tile per
@@ -705,10 +748,7 @@ __device__ __forceinline__ void StreamSliceValues(const KernelArgs& a, const Log
       // before).
 #pragma unroll
       for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadFour(row_logits + base + 128 * k, a.vector_logits);
-#pragma unroll
-      for (int k = 0; k < kTileGroups; ++k) {
-        z4[k] = ZOfGroup(z4[k], MaskWord(a.in, base + 128 * k, rz), base + 128 * k, rz);
-      }
+      FormZ(a.in, z4, base, rz);
     } else {
 #pragma unroll
       for (int k = 0; k < kTileGroups; ++k) z4[k] = LoadZGroup(a, row_logits, base + 128 * k, rz);
@@ -845,8 +885,8 @@ __device__ TileResult StreamTile(const KernelArgs& a, const LogitT* row_logits, 
   return r;
 }
 
-template <typename LogitT>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const __grid_constant__ KernelArgs a) {
+template <typename LogitT, int kMinCtasPerSm>
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) VerifySampleKernel(const __grid_constant__ KernelArgs a) {
   // Per-tile arrays and the sparse residual's bitmap, sized by the launch's
   // tiles per CTA (DynamicSmemBytes): the tiles' first-pass records, their
   // kept masses at the row maximum (the first level of a race over q), and
@@ -1890,17 +1930,53 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
       const auto sum_batch = [&](int32_t t, int k0, auto full) {
         float4 z4[kResidualBatch];
         float4 p4[kResidualBatch];
-        uint32_t words[kResidualBatch];
+        unsigned long long sum = 0;
+        if constexpr (decltype(full)::value) {
+          const int32_t i0 = t * kMassTileIds + 128 * k0 + 4 * Lane();  // local id of group 0
 #pragma unroll
-        for (int u = 0; u < kResidualBatch; ++u) {
-          const int32_t i = t * kMassTileIds + 128 * (k0 + u) + 4 * Lane();  // local id
-          if constexpr (decltype(full)::value) {
-            // Raw loads only: every load of the batch is issued before the
-            // first is used (z is formed below).
-            z4[u] = LoadFour(row_logits + c0 + i, true);
-            words[u] = MaskWord(in, c0 + i, rz);
-            p4[u] = __ldcs(reinterpret_cast<const float4*>(p_row + i));
-          } else {
+          for (int u = 0; u < kResidualBatch; ++u) {
+            z4[u] = LoadFourL2(row_logits + c0 + i0 + 128 * u);
+            p4[u] = __ldcs(reinterpret_cast<const float4*>(p_row + i0 + 128 * u));
+          }
+          FormZ(in, z4, c0 + i0, rz);
+          // Every value's first use is this pass over the batch (the
+          // largest z and any bad p), so all of its loads are in flight
+          // before any math on them.
+          float z_max = kNegInf;
+          bool any_bad = false;
+#pragma unroll
+          for (int u = 0; u < kResidualBatch; ++u) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              z_max = fmaxf(z_max, Get(z4[u], q));
+              any_bad |= p_is_bad(Get(p4[u], q));
+            }
+          }
+          // A batch whose ids all lie more than 29 below the row maximum
+          // weighs exactly 0: each weight is at most e = exp(z - max) <
+          // 2^-41, which rounds to 0 in fixed point (a bad p fails the row
+          // below, whatever the sum).
+          if (__any_sync(0xFFFFFFFFu, FSub(z_max, row_max) >= -29.0f)) {
+#pragma unroll
+            for (int u = 0; u < kResidualBatch; ++u) {
+#pragma unroll
+              for (int q = 0; q < 4; ++q) sum += fixed_weight(Get(z4[u], q), Get(p4[u], q));
+            }
+          }
+          if (any_bad) {
+            // Rare (the step fails with the smallest bad id): the batch's p
+            // read again to find it.
+            for (int u = 0; u < kResidualBatch; ++u) {
+              for (int q = 0; q < 4; ++q) {
+                const int32_t i = t * kMassTileIds + 128 * (k0 + u) + 4 * Lane() + q;
+                if (p_is_bad(p_row[i])) bad_p = min(bad_p, c0 + i);
+              }
+            }
+          }
+        } else {
+#pragma unroll
+          for (int u = 0; u < kResidualBatch; ++u) {
+            const int32_t i = t * kMassTileIds + 128 * (k0 + u) + 4 * Lane();  // local id
             z4[u] = i < n ? LoadZGroup(a, row_logits, c0 + i, rz)
                           : make_float4(kNegInf, kNegInf, kNegInf, kNegInf);
             float pt[4];
@@ -1908,39 +1984,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) VerifySampleKernel(const
             for (int q = 0; q < 4; ++q) pt[q] = p_row != nullptr && i + q < n ? __ldcs(p_row + i + q) : 0.0f;
             p4[u] = make_float4(pt[0], pt[1], pt[2], pt[3]);
           }
-        }
-        unsigned long long sum = 0;
-        bool any_bad = false;  // full batches: a bad p somewhere in the batch
 #pragma unroll
-        for (int u = 0; u < kResidualBatch; ++u) {
-          const int32_t i0 = t * kMassTileIds + 128 * (k0 + u) + 4 * Lane();
-          if constexpr (decltype(full)::value) {
-            z4[u] = ZOfGroup(z4[u], words[u], c0 + i0, rz);
+          for (int u = 0; u < kResidualBatch; ++u) {
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-              any_bad |= p_is_bad(Get(p4[u], q));
-              sum += fixed_weight(Get(z4[u], q), Get(p4[u], q));
-            }
-          } else {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const int32_t i = i0 + q;
+              const int32_t i = t * kMassTileIds + 128 * (k0 + u) + 4 * Lane() + q;
               if (i >= n) continue;
               const float pq = Get(p4[u], q);
               if (p_row != nullptr && p_is_bad(pq)) bad_p = min(bad_p, c0 + i);
               if (sparse && ((listed[i >> 5] >> (i & 31)) & 1u)) continue;
               sum += fixed_weight(Get(z4[u], q), pq);
-            }
-          }
-        }
-        if (any_bad) {
-          // Rare (the step fails with the smallest bad id): read the
-          // batch's p again to find it, so that no branch sits between the
-          // batch's loads and its math.
-          for (int u = 0; u < kResidualBatch; ++u) {
-            for (int q = 0; q < 4; ++q) {
-              const int32_t i = t * kMassTileIds + 128 * (k0 + u) + 4 * Lane() + q;
-              if (p_is_bad(p_row[i])) bad_p = min(bad_p, c0 + i);
             }
           }
         }
@@ -2121,12 +2174,14 @@ struct CheckedConfig {
   bool fits = false;
 };
 
+// Per kernel build: index 2 * dtype + (1 for the small-step build).
+constexpr int kKernelBuilds = 4;
 struct DeviceInfo {
   int sms = 0;
-  bool attributes_set[2] = {false, false};
-  int ctas_per_sm[2] = {0, 0};
-  CheckedConfig checked[2][8];
-  int next_checked[2] = {0, 0};
+  bool attributes_set[kKernelBuilds] = {};
+  int ctas_per_sm[kKernelBuilds] = {};
+  CheckedConfig checked[kKernelBuilds][8];
+  int next_checked[kKernelBuilds] = {};
 };
 
 LaunchStatus GetDeviceInfo(DeviceInfo** info, LaunchError* error) {
@@ -2148,24 +2203,50 @@ LaunchStatus GetDeviceInfo(DeviceInfo** info, LaunchError* error) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Sets a kernel build's attributes once per device and process, and counts
+// the CTAs per SM its registers allow (dense drafts need no dynamic shared
+// memory; FitsCluster sees the real configuration).
+template <typename Kernel>
+LaunchStatus PrepareBuild(Kernel kernel, DeviceInfo& device, int build, LaunchError* error) {
+  if (device.attributes_set[build]) return LaunchStatus::kOk;
+  constexpr int64_t kMaxDynamicSmem = DynamicLayout(kMaxTilesPerCta).Bytes(kMaxTilesPerCta, true);
+  VERDICT_LAUNCH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kMaxDynamicSmem)));
+  VERDICT_LAUNCH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  int blocks = 0;
+  VERDICT_LAUNCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0));
+  device.ctas_per_sm[build] = std::max(blocks, 1);
+  device.attributes_set[build] = true;
+  return LaunchStatus::kOk;
+}
+
+// Whether a cluster of the configuration fits the GPU with this build,
+// remembered per (splits, dynamic shared memory).
+template <typename Kernel>
+bool FitsCluster(Kernel kernel, DeviceInfo& device, int build, int64_t splits, int64_t dynamic,
+                 const cudaLaunchConfig_t& config) {
+  for (const CheckedConfig& c : device.checked[build]) {
+    if (c.splits == splits && c.dynamic_smem == dynamic) return c.fits;
+  }
+  int clusters = 0;
+  const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+  if (err != cudaSuccess) (void)cudaGetLastError();
+  CheckedConfig& slot = device.checked[build][device.next_checked[build]++ % 8];
+  slot = CheckedConfig{splits, dynamic, err == cudaSuccess && clusters > 0};
+  return slot.fits;
+}
+
 template <typename LogitT>
 LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_index,
                     cudaStream_t stream, LaunchError* error) {
   KernelArgs args = args_in;
-  auto kernel = VerifySampleKernel<LogitT>;
-  constexpr int64_t kMaxDynamicSmem = DynamicLayout(kMaxTilesPerCta).Bytes(kMaxTilesPerCta, true);
-  if (!device.attributes_set[dtype_index]) {
-    VERDICT_LAUNCH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(kMaxDynamicSmem)));
-    VERDICT_LAUNCH_CUDA(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    // CTAs per SM as registers allow (dense drafts need no dynamic shared
-    // memory; the cluster check below sees the real configuration).
-    int blocks = 0;
-    VERDICT_LAUNCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0));
-    device.ctas_per_sm[dtype_index] = std::max(blocks, 1);
-    device.attributes_set[dtype_index] = true;
-  }
+  auto kernel = VerifySampleKernel<LogitT, kCtasPerSm>;
+  auto small_step_kernel = VerifySampleKernel<LogitT, kSmallStepCtasPerSm>;
+  const int build = 2 * dtype_index;
+  const int small_build = build + 1;
+  LaunchStatus status = PrepareBuild(kernel, device, build, error);
+  if (status == LaunchStatus::kOk) status = PrepareBuild(small_step_kernel, device, small_build, error);
+  if (status != LaunchStatus::kOk) return status;
   const int64_t tiles = verify_internal::NumMassTiles(args.in.vocab_size);
   const int64_t rows = args.grid_rows;
   const bool sparse = args.in.draft_probs == nullptr;
@@ -2180,7 +2261,7 @@ LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_ind
   }
   // Enough CTAs to fill every SM's CTA slots, at least one tile each, and
   // slices short enough that a pass after the first finds them in L2.
-  const int64_t slots = int64_t{device.ctas_per_sm[dtype_index]} * device.sms;
+  const int64_t slots = int64_t{device.ctas_per_sm[build]} * device.sms;
   const int32_t target_override = target_tiles_override.load(std::memory_order_relaxed);
   const int64_t target_tiles = target_override > 0 ? target_override : kTargetTilesPerCta;
   // An override sets the split alone, also for steps too small to fill the
@@ -2209,19 +2290,14 @@ LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_ind
     attribute[0].val.clusterDim.x = static_cast<unsigned>(splits);
     attribute[0].val.clusterDim.y = 1;
     attribute[0].val.clusterDim.z = 1;
-    const CheckedConfig* known = nullptr;
-    for (const CheckedConfig& c : device.checked[dtype_index]) {
-      if (c.splits == splits && c.dynamic_smem == dynamic) known = &c;
+    // A step of at most one CTA per SM runs the small-step build where its
+    // cluster fits; either build computes the same values.
+    if (rows * splits <= device.sms &&
+        FitsCluster(small_step_kernel, device, small_build, splits, dynamic, config)) {
+      VERDICT_LAUNCH_CUDA(cudaLaunchKernelEx(&config, small_step_kernel, args));
+      return LaunchStatus::kOk;
     }
-    if (known == nullptr) {
-      int clusters = 0;
-      const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
-      if (err != cudaSuccess) (void)cudaGetLastError();
-      CheckedConfig& slot = device.checked[dtype_index][device.next_checked[dtype_index]++ % 8];
-      slot = CheckedConfig{splits, dynamic, err == cudaSuccess && clusters > 0};
-      known = &slot;
-    }
-    if (known->fits) break;
+    if (FitsCluster(kernel, device, build, splits, dynamic, config)) break;
     if (splits <= min_splits) {
       return Fail(error, LaunchStatus::kUnsupported,
                   "verify sampler: no cluster of " + std::to_string(splits) +

@@ -645,12 +645,18 @@ TEST(VerifySamplerGpuTest, RowsAfterARejectionReadNoDraftProbabilities) {
   ASSERT_TRUE(gpu.status.ok()) << gpu.status;
   EXPECT_EQ(gpu.out.candidate_token_ids, cpu.out.candidate_token_ids);
   EXPECT_EQ(gpu.out.sampled_token_ids, cpu.out.sampled_token_ids);
-  // A NaN in a final rejected row's p is read and reported by both.
+  // Bad values in a final rejected row's p are read, and the smallest bad
+  // id reported, by both: ids in different lanes and groups of one tile
+  // (the whole tile's batch is scanned again for it) and one past it.
   for (int32_t r = 0; r < in.num_requests && alive == 0; ++r) {
     const int32_t k = clean.out.last_valid_offset[r];
     const int32_t row = in.first_token_positions[r] + k;
     if (!clean.out.is_verify[row]) continue;
-    step.draft_probs()[static_cast<size_t>(row - r) * in.vocab_size + 5] = NAN;
+    float* p = step.draft_probs().data() + static_cast<size_t>(row - r) * in.vocab_size;
+    p[5] = NAN;
+    p[900] = INFINITY;
+    p[2] = -1.0f;
+    p[1500] = -2.0f;
     ++alive;
   }
   ASSERT_EQ(alive, 1);
