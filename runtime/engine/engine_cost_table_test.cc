@@ -179,6 +179,18 @@ TEST(EngineCostTableTest, TheBundledTablesAreFoundForTheirModelsAndGpus) {
     key.tp = 2;
     EXPECT_FALSE(FindCostTable(dirs, key).table.has_value()) << device;
   }
+  // The bundled pair (models/target, models/draft) has its H100 table.
+  const absl::StatusOr<ModelConfig> bundled_target = LoadModelConfig("models/target");
+  const absl::StatusOr<ModelConfig> bundled_draft = LoadModelConfig("models/draft");
+  ASSERT_TRUE(bundled_target.ok() && bundled_draft.ok());
+  CostTableKey bundled;
+  bundled.origin = {"NVIDIA H100 80GB HBM3", ModelShapeName(*bundled_target),
+                    ModelShapeName(*bundled_draft)};
+  const CostTableSearch bundled_search = FindCostTable(dirs, bundled);
+  ASSERT_TRUE(bundled_search.table.has_value()) << DescribeCostTableKey(bundled);
+  EXPECT_NE(bundled_search.path->find("h100-bundled-pair-tp1-split.json"), std::string::npos);
+  EXPECT_TRUE(bundled_search.table->has_draft_split());
+  EXPECT_FALSE(bundled_search.other_device);
   // A GPU without a table of its own plans with another GPU's, said to be.
   CostTableKey other;
   other.origin = {"NVIDIA A100-SXM4-80GB", ModelShapeName(*target), ModelShapeName(*draft)};
