@@ -40,6 +40,7 @@ struct StepShape {
   bool bf16 = false;
   bool features = true;  // greedy rows, top-k/top-p, masks, golden ids, cutoffs, stops
   float simulated_acceptance = -1.0f;  // SamplerConfig::simulated_acceptance
+  float logit_sigma = 3.0f;  // logits normal(0, logit_sigma)
   uint64_t salt = 1;
 };
 
@@ -55,7 +56,7 @@ std::vector<double> Softmax(const std::vector<float>& logits, double temperature
 
 HostVerifyStep RandomStep(const StepShape& shape) {
   std::mt19937_64 gen(shape.salt);
-  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::normal_distribution<float> normal(0.0f, shape.logit_sigma);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const int32_t v = shape.vocab;
   SamplerConfig config{.nextn = shape.nextn};
@@ -429,6 +430,10 @@ TEST(VerifySamplerGpuTest, ParityOnRandomSteps) {
   ExpectParity({.name = "151936 one request", .vocab = 151936, .requests = 1, .salt = 8});
   ExpectParity({.name = "151936 batch", .vocab = 151936, .requests = 12, .salt = 9});
   ExpectParity({.name = "many rows", .vocab = 512, .requests = 400, .salt = 10});
+  // Logits so spread that about half of the residual's batches lie wholly
+  // more than 29 below the row maximum (the kernel skips those).
+  ExpectParity({.name = "spread logits", .vocab = 32000, .requests = 12, .features = false,
+                .logit_sigma = 30.0f, .salt = 11});
 }
 
 // Top-p's kept set on rows of every shape the selection meets: spread
