@@ -111,12 +111,7 @@ OnlineAcceptanceEstimator::OnlineAcceptanceEstimator(const AcceptanceEstimatorOp
   }
 }
 
-bool OnlineAcceptanceEstimator::ready() const {
-  for (const Position& p : positions_) {
-    if (!p.fitted) return false;
-  }
-  return true;
-}
+bool OnlineAcceptanceEstimator::ready() const { return positions_[0].fitted; }
 
 double OnlineAcceptanceEstimator::Feature(float q_max) const {
   return DeterministicLogit(static_cast<double>(q_max), options_.q_floor);
@@ -126,10 +121,20 @@ absl::Status OnlineAcceptanceEstimator::Score(absl::Span<const float> signals,
                                               absl::Span<double> confidences) const {
   if (absl::Status s = CheckScoreSpans(options_.gamma, signals, confidences); !s.ok()) return s;
   const int gamma = options_.gamma;
+  const bool first_fitted = positions_[0].fitted;
   for (size_t i = 0; i < signals.size(); ++i) {
-    const Position& p = positions_[i % gamma];
-    confidences[i] =
-        p.fitted ? DeterministicSigmoid(p.slope * Feature(signals[i]) + p.intercept) : 1.0;
+    const int k = static_cast<int>(i % gamma);
+    const Position& p = positions_[k];
+    if (p.fitted) {
+      confidences[i] = DeterministicSigmoid(p.slope * Feature(signals[i]) + p.intercept);
+    } else if (k > 0 && first_fitted) {
+      // A deeper position seldom reached (it is observed only after every
+      // earlier draft was accepted) scores as the one before it, so that
+      // the planners need not wait for it on the prior.
+      confidences[i] = confidences[i - 1];
+    } else {
+      confidences[i] = 1.0;
+    }
   }
   return absl::OkStatus();
 }
@@ -146,9 +151,10 @@ absl::Status OnlineAcceptanceEstimator::Observe(absl::Span<const VerifyObservati
   // position every interval, staggered so that one step does not pay for all
   // of them (a refit over a full window takes about a millisecond). A
   // position without a fit fits on the first step it has enough
-  // observations: until every position has one the planners run on the
-  // prior, and waiting for a turn would hold them there for up to an
-  // interval (those first fits are over short windows, so they are cheap).
+  // observations: until the first position has one the planners run on the
+  // prior, and waiting for a turn would hold them there (or a deeper
+  // position on the score of the one before it) for up to an interval
+  // (those first fits are over short windows, so they are cheap).
   const int64_t interval = options_.refit_interval_steps;
   const int64_t phase = steps_ % interval;
   for (int k = 0; k < options_.gamma; ++k) {
@@ -288,7 +294,8 @@ void OnlineAcceptanceEstimator::Refit(int k) {
 }
 
 double OnlineAcceptanceEstimator::UnseenConfidence(int k) const {
-  if (k < 0 || k >= options_.gamma || !positions_[k].fitted) return 1.0;
+  if (k < 0 || k >= options_.gamma) return 1.0;
+  if (!positions_[k].fitted) return k > 0 && positions_[0].fitted ? UnseenConfidence(k - 1) : 1.0;
   const Window& w = windows_[k];
   return w.size > 0 ? static_cast<double>(w.accepted) / static_cast<double>(w.size) : 1.0;
 }

@@ -61,7 +61,8 @@ class ConfidenceSource {
   // The confidence of a draft at position k whose signal is not known yet
   // (planning a request at a depth it has not drafted to): the source's
   // recent acceptance rate at k once it has one, 1 while it has none (the
-  // prior, which drafts and verifies everything).
+  // prior, which drafts and verifies everything; an implementation may
+  // answer for a position without a rate from the positions before it).
   virtual double UnseenConfidence(int k) const = 0;
 
   // Folds one verify step's outcomes, whatever their order in the span.
@@ -76,8 +77,9 @@ struct AcceptanceEstimatorOptions {
   // Steps between two refits of a position. Positions are staggered: k
   // refits on the steps where steps % interval == k * interval / gamma.
   int refit_interval_steps = 32;
-  // Observations a position needs before its first fit; until every position
-  // has a fit the estimator is not ready and the planner verifies everything.
+  // Observations a position needs before its first fit; until the first
+  // position has a fit the estimator is not ready and the planner verifies
+  // everything (a deeper position without a fit scores as the one before it).
   int min_observations = 128;
   // Most recent observations kept per position: the fit follows a drifting
   // workload, and memory and refit time stay bounded.
@@ -108,7 +110,12 @@ class OnlineAcceptanceEstimator final : public ConfidenceSource {
 
   int gamma() const override { return options_.gamma; }
   bool ready() const override;
-  // A position without a fit yet scores 1 (the prior verifies everything).
+  // Before the first position has a fit every position scores 1 (the prior
+  // verifies everything); after it, a deeper position without a fit scores
+  // as the position before it for the same request: positions deep in the
+  // block are observed only after every earlier draft was accepted, so at
+  // low acceptance their fits come late, and the planners would otherwise
+  // run on the prior until then.
   absl::Status Score(absl::Span<const float> signals,
                      absl::Span<double> confidences) const override;
   // Per request, in request-id order: drafts 0..accepted_drafts-1 are accepted

@@ -71,6 +71,45 @@ TEST(OnlineAcceptanceEstimatorTest, PriorVerifiesEverything) {
   for (double c : confidences) EXPECT_EQ(c, 1.0);
 }
 
+// Observations at the first position only (every request verifies one
+// draft): once it has a fit the estimator is ready, and the deeper
+// positions, still without one, score as the position before them.
+TEST(OnlineAcceptanceEstimatorTest, DeeperPositionsWithoutAFitScoreAsTheOneBefore) {
+  const AcceptanceEstimatorOptions options = SmallOptions(3);
+  OnlineAcceptanceEstimator est = *OnlineAcceptanceEstimator::Create(options);
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> unit(0.05f, 0.99f);
+  for (int step = 0; !est.position(0).fitted; ++step) {
+    ASSERT_LT(step, 100);
+    std::vector<std::vector<float>> signals(8);
+    std::vector<VerifyObservation> obs;
+    for (int r = 0; r < 8; ++r) {
+      const float q = unit(rng);
+      signals[r] = {q, 0.5f, 0.5f};
+      const int32_t accepted = unit(rng) < q ? 1 : 0;
+      obs.push_back({step * 8 + r, signals[r], 1, accepted});
+    }
+    ASSERT_TRUE(est.Observe(obs).ok());
+  }
+  ASSERT_TRUE(est.ready());
+  EXPECT_FALSE(est.position(1).fitted);
+  EXPECT_FALSE(est.position(2).fitted);
+  const std::vector<float> signals = {0.2f, 0.9f, 0.9f, 0.95f, 0.1f, 0.1f};
+  std::vector<double> confidences(6, -1);
+  ASSERT_TRUE(est.Score(signals, absl::MakeSpan(confidences)).ok());
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_GT(confidences[3 * r], 0.0);
+    EXPECT_LT(confidences[3 * r], 1.0);
+    EXPECT_EQ(confidences[3 * r + 1], confidences[3 * r]);
+    EXPECT_EQ(confidences[3 * r + 2], confidences[3 * r]);
+  }
+  // A higher signal scores higher at the first position (the fit follows
+  // acceptance = q), and the deeper positions follow it.
+  EXPECT_GT(confidences[3], confidences[0]);
+  EXPECT_EQ(est.UnseenConfidence(2), est.UnseenConfidence(0));
+  EXPECT_LT(est.UnseenConfidence(0), 1.0);
+}
+
 TEST(OnlineAcceptanceEstimatorTest, OnlyVerifiedPositionsUpToTheFirstRejectionAreObservations) {
   AcceptanceEstimatorOptions options = SmallOptions(4);
   OnlineAcceptanceEstimator est = *OnlineAcceptanceEstimator::Create(options);

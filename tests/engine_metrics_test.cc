@@ -13,6 +13,7 @@
 //
 //   Under overlap scheduling the figures still add up to the counters, with
 //   every step counted, those whose tokens were dropped included.
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdint>
@@ -320,13 +321,20 @@ TEST_F(EngineMetricsTest, PlannerFiguresMatchTheEngine) {
     EXPECT_GT(m.at("verdict_estimator_refits_total" + p), 0) << k;
     EXPECT_GE(m.at("verdict_estimator_observations_total" + p), 128) << k;
     // Scored by a fitted model, then verified: at most the drafts verified
-    // at that position.
+    // at that position. The first position is scored by its fit from its
+    // first 128 observations on; a deeper one may be fitted only after the
+    // planner has begun to trim, so that no draft its fit scored was
+    // verified, and its score is then NaN (no samples), not perfect.
     const double samples = m.at("verdict_estimator_brier_samples_total" + p);
-    EXPECT_GT(samples, 0) << k;
+    if (k == 0) EXPECT_GT(samples, 0);
     EXPECT_LE(samples, m.at("verdict_draft_position_verified_total" + p)) << k;
     const double brier = m.at("verdict_estimator_brier_score" + p);
-    EXPECT_GT(brier, 0) << k;
-    EXPECT_LT(brier, 1) << k;
+    if (samples > 0) {
+      EXPECT_GT(brier, 0) << k;
+      EXPECT_LT(brier, 1) << k;
+    } else {
+      EXPECT_TRUE(std::isnan(brier)) << k;
+    }
   }
 }
 
