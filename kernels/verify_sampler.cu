@@ -616,6 +616,12 @@ __device__ __forceinline__ float LoadOne<uint16_t>(const uint16_t* p) {
   return BFloat16ToFloat(__ldg(reinterpret_cast<const unsigned short*>(p)));
 }
 
+// Four bfloat16 logits packed in two words, as floats (exact).
+__device__ __forceinline__ float4 UnpackBFloat16x4(uint2 w) {
+  return make_float4(BitsToFloat(w.x << 16), BitsToFloat(w.x & 0xFFFF0000u),
+                     BitsToFloat(w.y << 16), BitsToFloat(w.y & 0xFFFF0000u));
+}
+
 // Four consecutive logits starting at p (aligned when `vec`).
 template <typename LogitT>
 __device__ __forceinline__ float4 LoadFour(const LogitT* p, bool vec);
@@ -626,11 +632,7 @@ __device__ __forceinline__ float4 LoadFour<float>(const float* p, bool vec) {
 }
 template <>
 __device__ __forceinline__ float4 LoadFour<uint16_t>(const uint16_t* p, bool vec) {
-  if (vec) {
-    const uint2 w = __ldg(reinterpret_cast<const uint2*>(p));
-    return make_float4(BitsToFloat(w.x << 16), BitsToFloat(w.x & 0xFFFF0000u),
-                       BitsToFloat(w.y << 16), BitsToFloat(w.y & 0xFFFF0000u));
-  }
+  if (vec) return UnpackBFloat16x4(__ldg(reinterpret_cast<const uint2*>(p)));
   return make_float4(LoadOne(p), LoadOne(p + 1), LoadOne(p + 2), LoadOne(p + 3));
 }
 
@@ -644,9 +646,7 @@ __device__ __forceinline__ float4 LoadFourL2<float>(const float* p) {
 }
 template <>
 __device__ __forceinline__ float4 LoadFourL2<uint16_t>(const uint16_t* p) {
-  const uint2 w = __ldcg(reinterpret_cast<const uint2*>(p));
-  return make_float4(BitsToFloat(w.x << 16), BitsToFloat(w.x & 0xFFFF0000u),
-                     BitsToFloat(w.y << 16), BitsToFloat(w.y & 0xFFFF0000u));
+  return UnpackBFloat16x4(__ldcg(reinterpret_cast<const uint2*>(p)));
 }
 
 __device__ __forceinline__ float Get(const float4& v, int j) {
