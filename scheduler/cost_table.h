@@ -237,6 +237,10 @@ class CostTable {
   // PredictStepAt from its parts: `whole` = Predict(batch_size, ...) and
   // `phase` = PredictDraftPhaseAt(...), for planners that sweep them.
   double StepFromParts(double batch_size, double whole, double phase) const;
+  // StepFromParts with the table's own draft phase at the batch size given
+  // (table_phase = PredictDraftPhase(batch_size, draft_passes())), for a
+  // planner that prices many plans of one batch size.
+  double StepFromPhases(double whole, double table_phase, double phase) const;
 
   const std::vector<double>& batch_sizes() const { return batch_sizes_; }
   const std::vector<double>& verify_tokens() const { return verify_tokens_; }

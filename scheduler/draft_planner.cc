@@ -1,6 +1,9 @@
 #include "scheduler/draft_planner.h"
 
 #include <algorithm>
+#include <bit>
+#include <iterator>
+#include <utility>
 #include <cmath>
 #include <limits>
 
@@ -100,6 +103,38 @@ void DraftPlanner::Finish(int64_t batch, absl::Span<const double> confidences,
   }
 }
 
+void DraftPlanner::SortBySurvival() {
+  const size_t n = candidates_.size();
+  if (n < 256) {
+    // The same total order as the radix sort below gives.
+    std::sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
+      if (a.survival != b.survival) return a.survival > b.survival;
+      if (a.position != b.position) return a.position < b.position;
+      return a.request < b.request;
+    });
+    return;
+  }
+  // A stable LSD radix sort on the survivals' bits, a byte a round: they are
+  // positive, so their bits order as their values do (complemented: down).
+  // A round whose byte is the same for every candidate is skipped, which
+  // leaves most of the exponent's rounds out. About twice as fast as the
+  // comparison sort on the thousands of candidates of a large batch.
+  sort_scratch_.resize(n);
+  for (int shift = 0; shift < 64; shift += 8) {
+    size_t count[256] = {};
+    for (const Candidate& c : candidates_) {
+      ++count[(~std::bit_cast<uint64_t>(c.survival) >> shift) & 0xff];
+    }
+    if (std::find(std::begin(count), std::end(count), n) != std::end(count)) continue;
+    size_t start = 0;
+    for (size_t& c : count) start += std::exchange(c, start);
+    for (const Candidate& c : candidates_) {
+      sort_scratch_[count[(~std::bit_cast<uint64_t>(c.survival) >> shift) & 0xff]++] = c;
+    }
+    candidates_.swap(sort_scratch_);
+  }
+}
+
 absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan) {
   const int gamma = options_.gamma;
   const int64_t batch = static_cast<int64_t>(input.max_verify_lens.size());
@@ -159,21 +194,23 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
     std::copy(caps_.begin(), caps_.end(), plan->depths.begin());
   } else {
     plan->reason = DraftReason::kPlanned;
+    // Candidates by position, then request, so that a stable sort by
+    // survival alone orders them totally (survival down, then position and
+    // request up): every rank picks the same top k.
     candidates_.clear();
-    for (int64_t i = 0; i < batch; ++i) {
-      double survival = 1.0;
-      for (int j = 0; j < caps_[i]; ++j) {
-        survival *= Clamp(input.confidences[i * gamma + j]);
-        if (survival < options_.min_survival) break;
-        candidates_.push_back({survival, static_cast<int32_t>(i), j});
+    survival_.assign(batch, 1.0);  // each request's, so far; 0 once below min_survival
+    for (int j = 0; j < gamma; ++j) {
+      for (int64_t i = 0; i < batch; ++i) {
+        if (j >= caps_[i] || survival_[i] == 0) continue;
+        survival_[i] *= Clamp(input.confidences[i * gamma + j]);
+        if (survival_[i] < options_.min_survival) {
+          survival_[i] = 0;
+          continue;
+        }
+        candidates_.push_back({survival_[i], static_cast<int32_t>(i), j});
       }
     }
-    // A total order, so every rank picks the same top k.
-    std::sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
-      if (a.survival != b.survival) return a.survival > b.survival;
-      if (a.position != b.position) return a.position < b.position;
-      return a.request < b.request;
-    });
+    SortBySurvival();
     const double b = static_cast<double>(batch);
     const CostTable& table = *cost_table_;
     // A pass costs what its rows do (CostTable::PredictDraftPassAt), looked
@@ -184,13 +221,16 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
       first_pass_seconds_[n] = table.PredictDraftPassAt(static_cast<double>(n), true);
       later_pass_seconds_[n] = table.PredictDraftPassAt(static_cast<double>(n), false);
     }
-    // The first pass over n rows carrying `extra` catch-up tokens.
-    const auto first_pass = [&](int64_t n, int64_t extra) {
-      return extra == 0 ? first_pass_seconds_[n]
-                        : table.PredictDraftPassAt(static_cast<double>(n + extra), true);
-    };
+    // The verify at b + k rows for every k a plan can reach, in one sweep of
+    // the batch's curve (the bits of Predict(b, b + k)), and the table's own
+    // draft phase: the loop below then prices a plan with lookups alone.
+    const int64_t max_k = static_cast<int64_t>(candidates_.size());
+    table.CurveAt(b, &curve_);
+    verify_seconds_.resize(max_k + 1);
+    curve_.Sweep(b, max_k + 1, [this](int64_t k, double s) { verify_seconds_[k] = s; });
+    const double table_phase = table.PredictDraftPhase(b, table.draft_passes());
     const bool catch_up = !input.catch_up_tokens.empty();
-    double best = b / table.StepFromParts(b, table.Predict(b, b), 0.0);
+    double best = b / table.StepFromPhases(verify_seconds_[0], table_phase, 0.0);
     int best_limit = 0;
     int64_t best_k = 0;
     int max_position = 0;
@@ -200,20 +240,25 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
       double gain = b;
       int64_t k = 0;
       int64_t extra = 0;  // catch-up tokens of the requests drafting so far
+      double first = 0;   // the first pass: it changes with a first draft only
       for (const Candidate& c : candidates_) {
         if (c.position >= limit) continue;
         gain += c.survival;
         ++k;
         ++rows_per_pass_[c.position];
-        // A request's first draft comes first among its own (its survival
-        // is its largest), and brings the request's catch-up.
-        if (catch_up && c.position == 0) extra += input.catch_up_tokens[c.request];
+        if (c.position == 0) {
+          // A request's first draft comes first among its own (its survival
+          // is its largest), and brings the request's catch-up.
+          if (catch_up) extra += input.catch_up_tokens[c.request];
+          first = extra == 0 ? first_pass_seconds_[rows_per_pass_[0]]
+                             : table.PredictDraftPassAt(
+                                   static_cast<double>(rows_per_pass_[0] + extra), true);
+        }
         // Summed as PredictDraftPhaseAt does (a pass of no rows adds 0), so
         // the plan's price is the one Finish reports.
-        double phase = first_pass(rows_per_pass_[0], extra);
+        double phase = first;
         for (int p = 1; p < limit; ++p) phase += later_pass_seconds_[rows_per_pass_[p]];
-        const double objective =
-            gain / table.StepFromParts(b, table.Predict(b, b + static_cast<double>(k)), phase);
+        const double objective = gain / table.StepFromPhases(verify_seconds_[k], table_phase, phase);
         if (objective > best) {
           best = objective;
           best_limit = limit;

@@ -131,6 +131,8 @@ class DraftPlanner {
   DraftPlanner(DraftPlannerOptions options, std::optional<CostTable> cost_table)
       : options_(options), cost_table_(std::move(cost_table)) {}
 
+  // Orders candidates_ by survival, down, keeping the order of equals.
+  void SortBySurvival();
   void Finish(int64_t batch, absl::Span<const double> confidences,
               absl::Span<const int32_t> catch_up_tokens, DraftPlan* plan);
 
@@ -139,10 +141,14 @@ class DraftPlanner {
   std::optional<int> pinned_depth_;
   std::vector<int32_t> caps_;
   std::vector<Candidate> candidates_;
+  std::vector<Candidate> sort_scratch_;
+  std::vector<double> survival_;  // by request, while listing the candidates
   std::vector<int32_t> depth_scratch_;
   std::vector<int64_t> rows_per_pass_;
   std::vector<double> first_pass_seconds_;  // by rows, 0..B
   std::vector<double> later_pass_seconds_;
+  CostCurve curve_;                     // the table at the step's batch size
+  std::vector<double> verify_seconds_;  // by drafted tokens k: Predict(B, B + k)
 };
 
 }  // namespace verdict

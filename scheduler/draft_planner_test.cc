@@ -179,6 +179,48 @@ TEST(DraftPlannerTest, MatchesBruteForceOverDepths) {
   EXPECT_GT(planned_mixed, 0);
 }
 
+// Batches with hundreds of candidate drafts (the planner sorts those by
+// their bits rather than by comparison) and many equal survivals (a few
+// confidence levels), whose order the ties rule decides: the plan is still
+// the best of the surest-token plans.
+TEST(DraftPlannerTest, LargeBatchesWithEqualSurvivalsPlanAsTheSurestTokens) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const double levels[] = {0.3, 0.5, 0.8, 0.9, 1.0};
+  int planned_partial = 0;
+  for (int trial = 0; trial < 8; ++trial) {
+    const int gamma = 5;
+    const int batch = 60 + static_cast<int>(rng() % 340);
+    // Prices of the order of the batch's own token (about a millisecond),
+    // so that some plans draft for part of the batch.
+    const double fixed = 0.01 * unit(rng);
+    const double per_row = 0.0005 + 0.001 * unit(rng);
+    std::vector<double> pass;
+    for (double rows : {1.0, 2.0, 4.0, 8.0}) pass.push_back(fixed + per_row * rows);
+    const double slope = 0.001 * unit(rng);
+    const CostTable table = trial % 2 == 1
+                                ? OnePassTable(pass, gamma, slope, (1.0 + 4 * unit(rng)) / gamma)
+                                : SplitTable(pass, gamma, slope);
+    std::vector<double> confidences(batch * gamma);
+    for (double& c : confidences) c = levels[rng() % std::size(levels)];
+    std::vector<int32_t> max_lens(batch);
+    std::vector<int32_t> caps(batch);
+    for (int i = 0; i < batch; ++i) {
+      max_lens[i] = 1 + static_cast<int>(rng() % (gamma + 2));
+      caps[i] = std::min(gamma, max_lens[i] - 1);
+    }
+    DraftPlanner planner = *DraftPlanner::Create({.gamma = gamma, .min_survival = 1e-12}, table);
+    DraftPlan plan;
+    ASSERT_TRUE(planner.Plan({.confidences = confidences, .max_verify_lens = max_lens}, &plan).ok());
+    ASSERT_EQ(plan.reason, DraftReason::kPlanned);
+    const double got = Objective(table, confidences, gamma, plan.depths);
+    ASSERT_NEAR(got, BestOfSurestPlans(table, confidences, gamma, caps), got * 1e-12)
+        << "trial " << trial << ", " << batch << " requests";
+    if (plan.drafting_requests > 0 && plan.drafting_requests < batch) ++planned_partial;
+  }
+  EXPECT_GT(planned_partial, 0);
+}
+
 TEST(DraftPlannerTest, ExpensiveDraftPassesGivePlainDecode) {
   const CostTable table = SplitTable({0.05, 0.05, 0.05, 0.05}, 4, 0.0001);
   DraftPlanner planner = *DraftPlanner::Create({.gamma = 4}, table);

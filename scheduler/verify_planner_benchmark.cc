@@ -3,7 +3,8 @@
 // planned rows or at the rows the CUDA backend launches (launched=1). Target: under 20 microseconds at
 // 256 requests x gamma 7 (public engines report 160 to 200 microseconds for
 // their fused scheduling step). Also the estimator's per-step Score and one
-// refit.
+// refit, and DraftPlanner::Plan up to 512 requests (with and without
+// catch-up tokens).
 //
 //   bazel run -c opt //scheduler:verify_planner_benchmark -- \
 //       --benchmark_out=$PWD/planner.json --benchmark_out_format=json
@@ -19,6 +20,7 @@
 #include "runtime/model/graph_shapes.h"
 #include "scheduler/acceptance_estimator.h"
 #include "scheduler/cost_table.h"
+#include "scheduler/draft_planner.h"
 #include "scheduler/verify_planner.h"
 
 namespace verdict {
@@ -97,6 +99,48 @@ void BM_Plan(benchmark::State& state) {
 BENCHMARK(BM_Plan)
     ->ArgNames({"requests", "gamma", "launched"})
     ->ArgsProduct({{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}, {5, 7}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
+
+// The draft planner's step at the bundled pair's shape of table: a draft
+// pass a seventh of a step, so that most plans draft few or none of the
+// requests; with every request carrying catch-up tokens (it sat out earlier
+// steps), as a batch that has decoded plainly for a while does.
+void BM_DraftPlan(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0));
+  const int gamma = 5;
+  CostTable table = SyntheticTable();
+  std::vector<double> pass_seconds;
+  for (double b = 1; b <= 512; b *= 2) pass_seconds.push_back(0.0011 + 1e-6 * b);
+  if (!table.SetDraftSplit(pass_seconds, gamma).ok()) {
+    state.SkipWithError("SetDraftSplit failed");
+    return;
+  }
+  DraftPlanner planner = *DraftPlanner::Create(DraftPlannerOptions{gamma}, table);
+  constexpr int kInputs = 16;
+  std::mt19937_64 rng(43);
+  std::vector<std::vector<double>> confidences;
+  for (int t = 0; t < kInputs; ++t) confidences.push_back(SyntheticConfidences(batch, gamma, rng));
+  const std::vector<int32_t> caps(batch, gamma + 1);
+  const std::vector<int32_t> catch_up(batch, state.range(1));
+  DraftPlan plan;
+  int64_t steps = 0;
+  int64_t drafting = 0;
+  for (auto _ : state) {
+    DraftPlannerInput input;
+    input.confidences = confidences[steps % kInputs];
+    input.max_verify_lens = caps;
+    input.catch_up_tokens = catch_up;
+    if (!planner.Plan(input, &plan).ok()) state.SkipWithError("Plan failed");
+    benchmark::DoNotOptimize(plan.depths.data());
+    drafting += plan.drafting_requests;
+    ++steps;
+  }
+  state.counters["drafting_frac"] =
+      static_cast<double>(drafting) / (static_cast<double>(steps) * batch);
+}
+BENCHMARK(BM_DraftPlan)
+    ->ArgNames({"requests", "catch_up"})
+    ->ArgsProduct({{1, 16, 64, 128, 256, 512}, {0, 8}})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_EstimatorScore(benchmark::State& state) {

@@ -40,6 +40,8 @@ std::string StepLog::Line(const StepTiming& step) {
       {"target_prefill_seconds", step.target_prefill_seconds},
       {"draft_prefill_seconds", step.draft_prefill_seconds},
       {"predicted_seconds", step.predicted_seconds},
+      {"plan_seconds", step.plan_seconds},
+      {"await_seconds", step.await_seconds},
       // Seconds since the Unix epoch, to the microsecond.
       {"committed_at", static_cast<double>(absl::ToUnixMicros(step.committed_at)) * 1e-6},
   };

@@ -29,6 +29,8 @@ StepTiming MixedStep() {
   t.target_prefill_seconds = 0.0042;
   t.draft_prefill_seconds = 0.0011;
   t.predicted_seconds = 0.0107;
+  t.plan_seconds = 0.00004;
+  t.await_seconds = 0.0081;
   return t;
 }
 
@@ -51,6 +53,8 @@ TEST(StepLogTest, ALineCarriesEveryFieldOfTheStep) {
   EXPECT_DOUBLE_EQ(line["target_prefill_seconds"].get<double>(), 0.0042);
   EXPECT_DOUBLE_EQ(line["draft_prefill_seconds"].get<double>(), 0.0011);
   EXPECT_DOUBLE_EQ(line["predicted_seconds"].get<double>(), 0.0107);
+  EXPECT_DOUBLE_EQ(line["plan_seconds"].get<double>(), 0.00004);
+  EXPECT_DOUBLE_EQ(line["await_seconds"].get<double>(), 0.0081);
 }
 
 TEST(StepLogTest, WritesOneLinePerStepInOrder) {

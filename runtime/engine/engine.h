@@ -233,6 +233,12 @@ struct StepTiming {
   // The cost table's price of the step as planned (draft + verify); NaN
   // without a table.
   double predicted_seconds = 0;
+  // The scheduling thread's own time, this rank's clock: planning the step
+  // (its confidences, the draft plan and the verify plan), and under overlap
+  // waiting for its outcome. A wait near 0 means the device waited for the
+  // CPU instead: the step's pace was the CPU's.
+  double plan_seconds = 0;
+  double await_seconds = 0;
   // When the step was committed, on this rank's clock: the gaps between
   // steps hold what draft_seconds and verify_seconds do not (planning,
   // prefills, the commit itself).
@@ -369,6 +375,8 @@ class Engine : public GenerationService {
     int64_t prefill_rows = 0;  // the prompt rows the verify planner priced (StepCaps)
     std::optional<double> pinned_budget_fraction;
     int64_t collective_nanoseconds = 0;  // this thread's, while planning
+    int64_t plan_nanoseconds = 0;   // confidences, draft plan and verify plan
+    int64_t await_nanoseconds = 0;  // overlap: the wait for the step's outcome
 
     void SetDraftDepths(std::vector<int32_t> depths) {
       draft_depths = std::move(depths);

@@ -124,6 +124,8 @@ absl::Status Engine::CommitStep(const PlannedStep& step, const StepOutcome& outc
     timing.target_prefill_seconds = outcome.target_prefill_nanoseconds * 1e-9;
     timing.draft_prefill_seconds = outcome.draft_prefill_nanoseconds * 1e-9;
     timing.predicted_seconds = step.predicted_seconds;
+    timing.plan_seconds = step.plan_nanoseconds * 1e-9;
+    timing.await_seconds = step.await_nanoseconds * 1e-9;
     timing.committed_at = absl::Now();
     step_observer_(timing);
   }

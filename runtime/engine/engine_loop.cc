@@ -434,10 +434,12 @@ absl::Status Engine::Step() {
   // 1. The draft plan, from each request's latest drafts (a step old), on
   //    every rank; rank 0's depths are used.
   PlannedStep step;
+  absl::Time plan_start = absl::Now();
   const StepCaps caps = VerifyCaps(batch);
   std::vector<double> lagged;
   if (absl::Status s = LaggedConfidences(batch, &lagged); !s.ok()) return s;
   if (absl::Status s = PlanDrafts(caps, lagged, /*broadcast=*/true, &step); !s.ok()) return s;
+  step.plan_nanoseconds = absl::ToInt64Nanoseconds(absl::Now() - plan_start);
 
   // 2. Drafts, their distributions and confidence signals.
   step.verify_lens.assign(b, 1);
@@ -447,6 +449,7 @@ absl::Status Engine::Step() {
 
   // 3. The fresh drafts' confidences and the verify plan, on every rank;
   //    rank 0's lengths are used.
+  plan_start = absl::Now();
   std::vector<double> confidences(static_cast<size_t>(b) * g, 0.0);
   if (absl::Status s = estimator_->Score(outcome.signals, absl::MakeSpan(confidences)); !s.ok()) {
     return s;
@@ -455,6 +458,7 @@ absl::Status Engine::Step() {
       !s.ok()) {
     return s;
   }
+  step.plan_nanoseconds += absl::ToInt64Nanoseconds(absl::Now() - plan_start);
   job.verify_lens = step.verify_lens;
   job.packed = step.packed;
 
@@ -475,6 +479,7 @@ absl::Status Engine::StepOverlapped() {
     // it runs the step), so each request is planned, drafts and verify
     // alike, from its latest drafts whose results have reached the CPU: one
     // or two steps old.
+    const absl::Time plan_start = absl::Now();
     std::vector<double> confidences;
     if (absl::Status s = LaggedConfidences(batch, &confidences); !s.ok()) return s;
     PlannedStep step;
@@ -486,6 +491,7 @@ absl::Status Engine::StepOverlapped() {
         !s.ok()) {
       return s;
     }
+    step.plan_nanoseconds = absl::ToInt64Nanoseconds(absl::Now() - plan_start);
     StepJob job = NewJob(batch, step);
     job.admitted = std::move(pending_admitted_);
     pending_admitted_.clear();
@@ -496,10 +502,12 @@ absl::Status Engine::StepOverlapped() {
   // The previous step's tokens reach the CPU now, while the device runs the
   // step just enqueued.
   if (steps_in_flight_.size() > (plan ? 1u : 0u)) {
+    const absl::Time await_start = absl::Now();
     absl::StatusOr<StepOutcome> outcome = executor_->Await();
     PlannedStep step = std::move(steps_in_flight_.front());
     steps_in_flight_.pop_front();
     if (!outcome.ok()) return outcome.status();
+    step.await_nanoseconds = absl::ToInt64Nanoseconds(absl::Now() - await_start);
     return CommitStep(step, *outcome);
   }
   return absl::OkStatus();

@@ -267,6 +267,30 @@ TEST_P(EngineOverlapTest, AutoregressiveEqualsTheReference) {
   EXPECT_EQ(engine->stats().generated, static_cast<int64_t>(std::size(kPrompts)) * kMaxTokens);
 }
 
+// Each step reports the scheduling thread's own time: its planning, and
+// under overlap its wait for the device's outcome (the CPU backend's forward
+// takes far longer than planning, so the thread waits at some step); without
+// overlap the thread runs the step itself and never waits.
+TEST_P(EngineOverlapTest, StepsReportPlanningAndWaitingTime) {
+  LocalCommunicator comm;
+  std::unique_ptr<Engine> engine = MakeEngine(&comm, Options(), /*speculation=*/true);
+  ASSERT_NE(engine, nullptr);
+  std::vector<StepTiming> steps;
+  RecordSteps(*engine, &steps);
+  EngineHarness harness(engine.get());
+  harness.GenerateAll(GreedyRequests(*engine, kMaxTokens));
+  ASSERT_FALSE(steps.empty());
+  double awaited = 0;
+  for (const StepTiming& t : steps) {
+    EXPECT_GT(t.plan_seconds, 0) << "step " << t.step;
+    EXPECT_LT(t.plan_seconds, 60) << "step " << t.step;
+    EXPECT_GE(t.await_seconds, 0) << "step " << t.step;
+    if (!GetParam()) EXPECT_EQ(t.await_seconds, 0) << "step " << t.step;
+    awaited += t.await_seconds;
+  }
+  if (GetParam()) EXPECT_GT(awaited, 0);
+}
+
 // Requests that join while others run, and a request that turns
 // speculation off or caps its drafts, still produce the reference tokens.
 TEST_P(EngineOverlapTest, RequestsJoiningMidRunAndPerRequestSwitchesLoseNoTokens) {

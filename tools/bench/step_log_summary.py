@@ -2,8 +2,9 @@
 """Summarises `verdict serve --step-log` files: per (batch size range, draft
 passes), how many steps ran, their measured draft and verify time, the
 prefills admitted before them, the wall time from the previous step's commit
-to theirs (what lies between steps too), and the cost table's price of them, so a mispriced kind of step stands
-out.
+to theirs (what lies between steps too), the scheduling thread's planning
+and its wait for the device (a wait near 0: the CPU set the pace), and the
+cost table's price of them, so a mispriced kind of step stands out.
 
     python3 tools/bench/step_log_summary.py steps.jsonl [more.jsonl ...]
 """
@@ -44,8 +45,8 @@ def summarise(path, out):
               + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())) + "\n")
     out.write("| batch | passes | steps | drafting | catch-up | verify rows | draft ms | verify ms "
               "| measured ms | prefill tokens | prefill ms (target / draft) | interval ms "
-              "| predicted ms | predicted / measured |\n")
-    out.write("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+              "| plan ms | await ms | predicted ms | predicted / measured |\n")
+    out.write("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     for ((lo, hi), passes), steps in sorted(groups.items()):
         def mean(key):
             return statistics.fmean(s[key] for s in steps)
@@ -63,6 +64,8 @@ def summarise(path, out):
                   f"| {statistics.fmean(s.get('target_prefill_seconds', 0) for s in steps) * 1e3:.2f}"
                   f" / {statistics.fmean(s.get('draft_prefill_seconds', 0) for s in steps) * 1e3:.2f} "
                   f"| {f'{statistics.fmean(intervals) * 1e3:.2f}' if intervals else '-'} "
+                  f"| {statistics.fmean(s.get('plan_seconds', 0) for s in steps) * 1e3:.3f} "
+                  f"| {statistics.fmean(s.get('await_seconds', 0) for s in steps) * 1e3:.3f} "
                   f"| {f'{predicted * 1e3:.2f}' if priced else '-'} | {ratio} |\n")
 
 
