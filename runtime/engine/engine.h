@@ -63,6 +63,7 @@
 #include "comm/nvlink_all_reduce.h"
 #include "monitoring/metrics.h"
 #include "runtime/engine/collective_timer.h"
+#include "runtime/engine/event_delivery.h"
 #include "runtime/engine/generation.h"
 #include "runtime/engine/step_control.h"
 #include "runtime/engine/step_executor.h"
@@ -488,7 +489,7 @@ class Engine : public GenerationService {
 
   // The loop's state, identical on every rank.
   std::deque<std::unique_ptr<Request>> waiting_;
-  std::vector<std::unique_ptr<Request>> running_;
+  std::vector<std::unique_ptr<Request>> running_;  // by Request::order, ascending (FindRunning)
   int64_t next_order_ = 0;
   DraftPlan draft_plan_;
   VerifyPlan plan_;
@@ -516,6 +517,8 @@ class Engine : public GenerationService {
   std::condition_variable cv_;
   StepControl pending_;
   std::map<std::string, GenerationCallback> callbacks_;
+  // Runs the callbacks off the loop's thread (Emit queues, Run flushes).
+  EventDelivery delivery_;
   int64_t in_flight_ = 0;  // submitted and not finished
   bool draining_ = false;
   absl::Time drain_deadline_ = absl::InfiniteFuture();

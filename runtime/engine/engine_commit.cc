@@ -350,7 +350,9 @@ void Engine::Emit(Request& r, std::vector<int32_t> tokens, std::vector<float> lo
       --in_flight_;
     }
   }
-  if (!event.token_ids.empty() || !event.text.empty() || finished) callback(event);
+  if (!event.token_ids.empty() || !event.text.empty() || finished) {
+    delivery_.Queue(std::move(callback), std::move(event));
+  }
 }
 
 void Engine::Finish(Request& r, FinishReason reason, const std::string& error) {

@@ -2,9 +2,9 @@
 // generate`, the load generator) submits and what it gets back.
 //
 // A request is tokenized before submission; the engine streams
-// GenerationEvents back on its own thread, in order, ending with exactly one
-// event whose `finished` is true. Callbacks must be quick and must not call
-// back into the engine except Cancel().
+// GenerationEvents back on one thread of its own (not its scheduling loop's),
+// in order, ending with exactly one event whose `finished` is true. Callbacks
+// must be quick and must not call back into the engine except Cancel().
 #ifndef VERDICT_RUNTIME_ENGINE_GENERATION_H_
 #define VERDICT_RUNTIME_ENGINE_GENERATION_H_
 

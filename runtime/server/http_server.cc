@@ -807,7 +807,7 @@ int HttpServer::Generate(mg_connection* conn, ApiEndpoint endpoint, const std::s
     if (draining_) return SendError(conn, DrainingError());
     active_[id] = generation;
   }
-  // The callback runs on the engine's thread: queue and return.
+  // The callback runs on the engine's delivery thread: queue and return.
   absl::Status submitted =
       service_.Submit(request.generation, [generation](const GenerationEvent& event) {
         absl::MutexLock lock(&generation->mu);
