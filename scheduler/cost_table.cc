@@ -497,11 +497,6 @@ double CostTable::StepFromParts(double batch_size, double whole, double phase) c
   return StepFromPhases(whole, PredictDraftPhase(batch_size, draft_passes_), phase);
 }
 
-double CostTable::StepFromPhases(double whole, double table_phase, double phase) const {
-  if (!has_draft_split()) return whole;
-  const double v = whole - (table_phase - phase);
-  return v > kMinStepSeconds ? v : kMinStepSeconds;
-}
 
 double CostTable::PredictStepAt(double batch_size, double verify_tokens,
                                 absl::Span<const int64_t> rows_per_pass) const {

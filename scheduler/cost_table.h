@@ -240,7 +240,12 @@ class CostTable {
   // StepFromParts with the table's own draft phase at the batch size given
   // (table_phase = PredictDraftPhase(batch_size, draft_passes())), for a
   // planner that prices many plans of one batch size.
-  double StepFromPhases(double whole, double table_phase, double phase) const;
+  // Inline: a planner calls it for every plan it compares.
+  double StepFromPhases(double whole, double table_phase, double phase) const {
+    if (!has_draft_split()) return whole;
+    const double v = whole - (table_phase - phase);
+    return v > kMinStepSeconds ? v : kMinStepSeconds;
+  }
 
   const std::vector<double>& batch_sizes() const { return batch_sizes_; }
   const std::vector<double>& verify_tokens() const { return verify_tokens_; }

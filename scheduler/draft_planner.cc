@@ -214,12 +214,11 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
     const double b = static_cast<double>(batch);
     const CostTable& table = *cost_table_;
     // A pass costs what its rows do (CostTable::PredictDraftPassAt), looked
-    // up per row count.
-    first_pass_seconds_.resize(batch + 1);
-    later_pass_seconds_.resize(batch + 1);
-    for (int64_t n = 0; n <= batch; ++n) {
-      first_pass_seconds_[n] = table.PredictDraftPassAt(static_cast<double>(n), true);
-      later_pass_seconds_[n] = table.PredictDraftPassAt(static_cast<double>(n), false);
+    // up per row count; the prices depend on the table alone, so they are
+    // kept from plan to plan and extended as batches grow.
+    for (int64_t n = static_cast<int64_t>(first_pass_seconds_.size()); n <= batch; ++n) {
+      first_pass_seconds_.push_back(table.PredictDraftPassAt(static_cast<double>(n), true));
+      later_pass_seconds_.push_back(table.PredictDraftPassAt(static_cast<double>(n), false));
     }
     // The verify at b + k rows for every k a plan can reach, in one sweep of
     // the batch's curve (the bits of Predict(b, b + k)), and the table's own
@@ -235,6 +234,7 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
     int64_t best_k = 0;
     int max_position = 0;
     for (const Candidate& c : candidates_) max_position = std::max(max_position, c.position + 1);
+    first_by_drafters_.assign(batch + 1, 0.0);
     for (int limit = 1; limit <= max_position; ++limit) {
       rows_per_pass_.assign(limit, 0);
       double gain = b;
@@ -248,11 +248,17 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
         ++rows_per_pass_[c.position];
         if (c.position == 0) {
           // A request's first draft comes first among its own (its survival
-          // is its largest), and brings the request's catch-up.
-          if (catch_up) extra += input.catch_up_tokens[c.request];
-          first = extra == 0 ? first_pass_seconds_[rows_per_pass_[0]]
-                             : table.PredictDraftPassAt(
-                                   static_cast<double>(rows_per_pass_[0] + extra), true);
+          // is its largest), and brings the request's catch-up. First
+          // drafts join in the same order under every limit, so the first
+          // pass's price after n of them is priced once, under limit 1.
+          const int64_t n = rows_per_pass_[0];
+          if (limit == 1) {
+            if (catch_up) extra += input.catch_up_tokens[c.request];
+            first_by_drafters_[n] =
+                extra == 0 ? first_pass_seconds_[n]
+                           : table.PredictDraftPassAt(static_cast<double>(n + extra), true);
+          }
+          first = first_by_drafters_[n];
         }
         // Summed as PredictDraftPhaseAt does (a pass of no rows adds 0), so
         // the plan's price is the one Finish reports.

@@ -145,8 +145,9 @@ class DraftPlanner {
   std::vector<double> survival_;  // by request, while listing the candidates
   std::vector<int32_t> depth_scratch_;
   std::vector<int64_t> rows_per_pass_;
-  std::vector<double> first_pass_seconds_;  // by rows, 0..B
+  std::vector<double> first_pass_seconds_;  // by rows, 0..the largest batch so far
   std::vector<double> later_pass_seconds_;
+  std::vector<double> first_by_drafters_;  // the first pass's price after n first drafts
   CostCurve curve_;                     // the table at the step's batch size
   std::vector<double> verify_seconds_;  // by drafted tokens k: Predict(B, B + k)
 };

@@ -26,9 +26,10 @@ absl::Status Engine::CommitStep(const PlannedStep& step, const StepOutcome& outc
   const int b = static_cast<int>(step.batch.size());
   const int g = gamma_;
   // Metrics: the drafts' confidences as the estimator scores them before it
-  // folds this step (with overlap off, the ones the plan used).
+  // folds this step (with overlap off, the ones the plan used); a step
+  // without drafts has none to score.
   std::vector<double> confidences;
-  if (metrics_ != nullptr) {
+  if (metrics_ != nullptr && outcome.draft_passes > 0) {
     confidences.assign(static_cast<size_t>(b) * g, 0.0);
     if (absl::Status s = estimator_->Score(outcome.signals, absl::MakeSpan(confidences));
         !s.ok()) {
