@@ -493,10 +493,8 @@ double CostTable::PredictDraftPhaseAt(absl::Span<const int64_t> rows_per_pass) c
 }
 
 double CostTable::StepFromParts(double batch_size, double whole, double phase) const {
-  if (!has_draft_split()) return whole;
   return StepFromPhases(whole, PredictDraftPhase(batch_size, draft_passes_), phase);
 }
-
 
 double CostTable::PredictStepAt(double batch_size, double verify_tokens,
                                 absl::Span<const int64_t> rows_per_pass) const {
