@@ -84,6 +84,10 @@ absl::StatusOr<OnlineAcceptanceEstimator> OnlineAcceptanceEstimator::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "estimator: min_observations = ", options.min_observations, " (a fit needs at least 2)"));
   }
+  if (options.prior_observations < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "estimator: prior_observations = ", options.prior_observations, " (must be at least 1)"));
+  }
   if (options.window < options.min_observations) {
     return absl::InvalidArgumentError(
         absl::StrCat("estimator: window = ", options.window,
@@ -133,7 +137,7 @@ absl::Status OnlineAcceptanceEstimator::Score(absl::Span<const float> signals,
       // the planners need not wait for it on the prior.
       confidences[i] = confidences[i - 1];
     } else {
-      confidences[i] = 1.0;
+      confidences[i] = PriorRate(k);
     }
   }
   return absl::OkStatus();
@@ -295,9 +299,16 @@ void OnlineAcceptanceEstimator::Refit(int k) {
 
 double OnlineAcceptanceEstimator::UnseenConfidence(int k) const {
   if (k < 0 || k >= options_.gamma) return 1.0;
-  if (!positions_[k].fitted) return k > 0 && positions_[0].fitted ? UnseenConfidence(k - 1) : 1.0;
+  if (!positions_[k].fitted) return positions_[0].fitted ? UnseenConfidence(k - 1) : PriorRate(k);
   const Window& w = windows_[k];
   return w.size > 0 ? static_cast<double>(w.accepted) / static_cast<double>(w.size) : 1.0;
+}
+
+double OnlineAcceptanceEstimator::PriorRate(int k) const {
+  if (k < 0 || k >= options_.gamma) return 1.0;
+  const Window& w = windows_[k];
+  const double pseudo = static_cast<double>(options_.prior_observations);
+  return (static_cast<double>(w.accepted) + pseudo) / (static_cast<double>(w.size) + pseudo);
 }
 
 uint64_t OnlineAcceptanceEstimator::StateHash() const {
@@ -305,6 +316,7 @@ uint64_t OnlineAcceptanceEstimator::StateHash() const {
   h.AddI64(options_.gamma);
   h.AddI64(options_.refit_interval_steps);
   h.AddI64(options_.min_observations);
+  h.AddI64(options_.prior_observations);
   h.AddI64(options_.window);
   h.AddDouble(options_.l2);
   h.AddDouble(options_.q_floor);

@@ -45,8 +45,8 @@ class ConfidenceSource {
   // Draft positions per request (gamma).
   virtual int gamma() const = 0;
 
-  // False while the source is on its prior: the planner must then verify every
-  // draft (and so collect observations for every position).
+  // False while the source is on its prior: the verify planner must then
+  // verify every draft (and so collect observations for every position).
   virtual bool ready() const = 0;
 
   // signals[i * gamma + j] is what the draft reported for draft j of request
@@ -60,9 +60,9 @@ class ConfidenceSource {
 
   // The confidence of a draft at position k whose signal is not known yet
   // (planning a request at a depth it has not drafted to): the source's
-  // recent acceptance rate at k once it has one, 1 while it has none (the
-  // prior, which drafts and verifies everything; an implementation may
-  // answer for a position without a rate from the positions before it).
+  // recent acceptance rate at k, 1 while it has seen nothing there (an
+  // implementation may answer for a position without a rate from the
+  // positions before it, or shrink a rate of few observations towards 1).
   virtual double UnseenConfidence(int k) const = 0;
 
   // Folds one verify step's outcomes, whatever their order in the span.
@@ -81,6 +81,12 @@ struct AcceptanceEstimatorOptions {
   // position has a fit the estimator is not ready and the planner verifies
   // everything (a deeper position without a fit scores as the one before it).
   int min_observations = 128;
+  // Until that first fit, a position's confidence is its acceptance rate
+  // with this many accepted pseudo-observations added: 1 before anything is
+  // seen, and near the true rate after a few dozen observations. The draft
+  // planner explores on it (scheduler/draft_planner.h), so that a pair
+  // whose drafts do not pay stops drafting deep long before the fit.
+  int prior_observations = 8;
   // Most recent observations kept per position: the fit follows a drifting
   // workload, and memory and refit time stay bounded.
   int window = 4096;
@@ -110,12 +116,12 @@ class OnlineAcceptanceEstimator final : public ConfidenceSource {
 
   int gamma() const override { return options_.gamma; }
   bool ready() const override;
-  // Before the first position has a fit every position scores 1 (the prior
-  // verifies everything); after it, a deeper position without a fit scores
-  // as the position before it for the same request: positions deep in the
-  // block are observed only after every earlier draft was accepted, so at
-  // low acceptance their fits come late, and the planners would otherwise
-  // run on the prior until then.
+  // Before the first position has a fit every draft scores its position's
+  // prior rate (PriorRate), whatever its signal; after it, a deeper position
+  // without a fit scores as the position before it for the same request:
+  // positions deep in the block are observed only after every earlier draft
+  // was accepted, so at low acceptance their fits come late, and the
+  // planners would otherwise run on the prior until then.
   absl::Status Score(absl::Span<const float> signals,
                      absl::Span<double> confidences) const override;
   // Per request, in request-id order: drafts 0..accepted_drafts-1 are accepted
@@ -127,8 +133,14 @@ class OnlineAcceptanceEstimator final : public ConfidenceSource {
   // repeated request id.
   absl::Status Observe(absl::Span<const VerifyObservation> observations) override;
   uint64_t StateHash() const override;
-  // A fitted position: the acceptance rate of its window; else 1.
+  // A fitted position: the acceptance rate of its window. A position
+  // without a fit: PriorRate(k) before the first position's fit, the
+  // position before it after.
   double UnseenConfidence(int k) const override;
+  // (accepted + prior_observations) / (observations + prior_observations)
+  // over position k's window: the rate the source plans with before its
+  // first fit.
+  double PriorRate(int k) const;
 
   // The feature of one signal: logit(clamped q_max).
   double Feature(float q_max) const;

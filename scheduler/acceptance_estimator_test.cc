@@ -71,6 +71,51 @@ TEST(OnlineAcceptanceEstimatorTest, PriorVerifiesEverything) {
   for (double c : confidences) EXPECT_EQ(c, 1.0);
 }
 
+// Before the first fit every draft scores its position's prior rate,
+// whatever its signal: 1 with nothing seen, then the position's acceptance
+// rate shrunk towards 1 by prior_observations, which nears the true rate as
+// observations come. Each position counts its own observations (a deeper
+// one only those that reached it).
+TEST(OnlineAcceptanceEstimatorTest, BeforeTheFirstFitDraftsScoreTheirPositionsPriorRate) {
+  AcceptanceEstimatorOptions options = SmallOptions(3);
+  options.min_observations = 4096;  // no fit in this test
+  options.window = 4096;
+  OnlineAcceptanceEstimator est = *OnlineAcceptanceEstimator::Create(options);
+  // Acceptance 0.3 at every position, whatever the signal.
+  const TrueModel model{{0.0, 0.0, 0.0}, {std::log(0.3 / 0.7), std::log(0.3 / 0.7),
+                                         std::log(0.3 / 0.7)}};
+  std::mt19937_64 rng(23);
+  std::vector<int64_t> seen(3, 0), accepted(3, 0);
+  const std::vector<float> signals = {0.01f, 0.5f, 0.99f, 0.99f, 0.5f, 0.01f};
+  std::vector<double> confidences(6);
+  for (int step = 0; step < 60; ++step) {
+    ASSERT_TRUE(est.Score(signals, absl::MakeSpan(confidences)).ok());
+    for (int k = 0; k < 3; ++k) {
+      const double pseudo = options.prior_observations;
+      const double expected = (static_cast<double>(accepted[k]) + pseudo) /
+                              (static_cast<double>(seen[k]) + pseudo);
+      EXPECT_EQ(est.PriorRate(k), expected) << "step " << step << ", position " << k;
+      EXPECT_EQ(est.UnseenConfidence(k), expected) << "step " << step << ", position " << k;
+      EXPECT_EQ(confidences[k], expected) << "step " << step << ", position " << k;
+      EXPECT_EQ(confidences[3 + k], expected) << "step " << step << ", position " << k;
+    }
+    const Step s = MakeStep(model, 4, step * 4, rng, false);
+    for (const VerifyObservation& o : s.observations) {
+      for (int k = 0; k <= std::min(o.accepted_drafts, 2); ++k) {
+        ++seen[k];
+        accepted[k] += k < o.accepted_drafts ? 1 : 0;
+      }
+    }
+    ASSERT_TRUE(est.Observe(s.observations).ok());
+    ASSERT_FALSE(est.ready());
+  }
+  // 240 observations at the first position: within four standard errors
+  // (0.03) of 0.3 once the 8 pseudo-observations' pull (about +0.02) is in.
+  ASSERT_EQ(seen[0], 240);
+  EXPECT_NEAR(est.PriorRate(0), 0.3, 4 * std::sqrt(0.3 * 0.7 / 240) + 8.0 / 248);
+  EXPECT_LT(est.PriorRate(1), 1.0);
+}
+
 // Observations at the first position only (every request verifies one
 // draft): once it has a fit the estimator is ready, and the deeper
 // positions, still without one, score as the position before them.
@@ -307,7 +352,9 @@ TEST(OnlineAcceptanceEstimatorTest, WindowFollowsADrift) {
 
 // A position without a signal (a request that never drafted that deep) is
 // scored at the acceptance rate of the position's window once the position
-// has a fit; before, the prior's 1. The window slides with the stream.
+// has a fit; before, at the prior rate: the window's rate with
+// prior_observations accepted pseudo-observations. The window slides with
+// the stream.
 TEST(OnlineAcceptanceEstimatorTest, UnseenConfidenceIsTheWindowsAcceptanceRate) {
   AcceptanceEstimatorOptions options = SmallOptions(2);
   options.window = 512;
@@ -329,7 +376,10 @@ TEST(OnlineAcceptanceEstimatorTest, UnseenConfidenceIsTheWindowsAcceptanceRate) 
     for (const VerifyObservation& o : s.observations) outcomes.push_back(o.accepted_drafts > 0);
     ASSERT_TRUE(est.Observe(s.observations).ok());
     if (!est.position(0).fitted) {
-      EXPECT_EQ(est.UnseenConfidence(0), 1.0) << "step " << step;
+      const double pseudo = options.prior_observations;
+      const double seen = static_cast<double>(outcomes.size());
+      EXPECT_EQ(est.UnseenConfidence(0), (rate_of_last(512) * seen + pseudo) / (seen + pseudo))
+          << "step " << step;
     } else {
       EXPECT_EQ(est.UnseenConfidence(0), rate_of_last(512)) << "step " << step;
     }
@@ -385,6 +435,9 @@ TEST(OnlineAcceptanceEstimatorTest, CreateRefusesBadOptions) {
   EXPECT_FALSE(OnlineAcceptanceEstimator::Create(o).ok());
   o = {};
   o.q_floor = 0.5;
+  EXPECT_FALSE(OnlineAcceptanceEstimator::Create(o).ok());
+  o = {};
+  o.prior_observations = 0;
   EXPECT_FALSE(OnlineAcceptanceEstimator::Create(o).ok());
 }
 

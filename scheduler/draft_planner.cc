@@ -135,6 +135,96 @@ void DraftPlanner::SortBySurvival() {
   }
 }
 
+void DraftPlanner::PlanByObjective(const DraftPlannerInput& input, int64_t batch,
+                                   DraftPlan* plan) {
+  const int gamma = options_.gamma;
+  // Candidates by position, then request, so that a stable sort by
+  // survival alone orders them totally (survival down, then position and
+  // request up): every rank picks the same top k.
+  candidates_.clear();
+  survival_.assign(batch, 1.0);  // each request's, so far; 0 once below min_survival
+  for (int j = 0; j < gamma; ++j) {
+    for (int64_t i = 0; i < batch; ++i) {
+      if (j >= caps_[i] || survival_[i] == 0) continue;
+      survival_[i] *= Clamp(input.confidences[i * gamma + j]);
+      if (survival_[i] < options_.min_survival) {
+        survival_[i] = 0;
+        continue;
+      }
+      candidates_.push_back({survival_[i], static_cast<int32_t>(i), j});
+    }
+  }
+  SortBySurvival();
+  const double b = static_cast<double>(batch);
+  const CostTable& table = *cost_table_;
+  // A pass costs what its rows do (CostTable::PredictDraftPassAt), looked
+  // up per row count; the prices depend on the table alone, so they are
+  // kept from plan to plan and extended as batches grow.
+  for (int64_t n = static_cast<int64_t>(first_pass_seconds_.size()); n <= batch; ++n) {
+    first_pass_seconds_.push_back(table.PredictDraftPassAt(static_cast<double>(n), true));
+    later_pass_seconds_.push_back(table.PredictDraftPassAt(static_cast<double>(n), false));
+  }
+  // The verify at b + k rows for every k a plan can reach, in one sweep of
+  // the batch's curve (the bits of Predict(b, b + k)), and the table's own
+  // draft phase: the loop below then prices a plan with lookups alone.
+  const int64_t max_k = static_cast<int64_t>(candidates_.size());
+  table.CurveAt(b, &curve_);
+  verify_seconds_.resize(max_k + 1);
+  curve_.Sweep(b, max_k + 1, [this](int64_t k, double s) { verify_seconds_[k] = s; });
+  const double table_phase = table.PredictDraftPhase(b, table.draft_passes());
+  const bool catch_up = !input.catch_up_tokens.empty();
+  double best = b / table.StepFromPhases(verify_seconds_[0], table_phase, 0.0);
+  int best_limit = 0;
+  int64_t best_k = 0;
+  int max_position = 0;
+  for (const Candidate& c : candidates_) max_position = std::max(max_position, c.position + 1);
+  first_by_drafters_.assign(batch + 1, 0.0);
+  for (int limit = 1; limit <= max_position; ++limit) {
+    rows_per_pass_.assign(limit, 0);
+    double gain = b;
+    int64_t k = 0;
+    int64_t extra = 0;  // catch-up tokens of the requests drafting so far
+    double first = 0;   // the first pass: it changes with a first draft only
+    for (const Candidate& c : candidates_) {
+      if (c.position >= limit) continue;
+      gain += c.survival;
+      ++k;
+      ++rows_per_pass_[c.position];
+      if (c.position == 0) {
+        // A request's first draft comes first among its own (its survival
+        // is its largest), and brings the request's catch-up. First
+        // drafts join in the same order under every limit, so the first
+        // pass's price after n of them is priced once, under limit 1.
+        const int64_t n = rows_per_pass_[0];
+        if (limit == 1) {
+          if (catch_up) extra += input.catch_up_tokens[c.request];
+          first_by_drafters_[n] =
+              extra == 0 ? first_pass_seconds_[n]
+                         : table.PredictDraftPassAt(static_cast<double>(n + extra), true);
+        }
+        first = first_by_drafters_[n];
+      }
+      // Summed as PredictDraftPhaseAt does (a pass of no rows adds 0), so
+      // the plan's price is the one Finish reports.
+      double phase = first;
+      for (int p = 1; p < limit; ++p) phase += later_pass_seconds_[rows_per_pass_[p]];
+      const double objective = gain / table.StepFromPhases(verify_seconds_[k], table_phase, phase);
+      if (objective > best) {
+        best = objective;
+        best_limit = limit;
+        best_k = k;
+      }
+    }
+  }
+  int64_t taken = 0;
+  for (const Candidate& c : candidates_) {
+    if (taken == best_k) break;
+    if (c.position >= best_limit) continue;
+    plan->depths[c.request] = std::max(plan->depths[c.request], c.position + 1);
+    ++taken;
+  }
+}
+
 absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan) {
   const int gamma = options_.gamma;
   const int64_t batch = static_cast<int64_t>(input.max_verify_lens.size());
@@ -189,95 +279,17 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
   } else if (!cost_table_.has_value() || !cost_table_->has_draft_split()) {
     plan->reason = DraftReason::kNoDraftSplit;
     std::copy(caps_.begin(), caps_.end(), plan->depths.begin());
-  } else if (!input.confidence_ready) {
-    plan->reason = DraftReason::kConfidencePrior;
-    std::copy(caps_.begin(), caps_.end(), plan->depths.begin());
   } else {
-    plan->reason = DraftReason::kPlanned;
-    // Candidates by position, then request, so that a stable sort by
-    // survival alone orders them totally (survival down, then position and
-    // request up): every rank picks the same top k.
-    candidates_.clear();
-    survival_.assign(batch, 1.0);  // each request's, so far; 0 once below min_survival
-    for (int j = 0; j < gamma; ++j) {
+    // On the prior the confidences are the source's prior rates, the same
+    // for every request; every request that may draft drafts at least one
+    // token, since the first position's observations are what the source's
+    // first fit needs, and deeper where the objective says so.
+    plan->reason = input.confidence_ready ? DraftReason::kPlanned : DraftReason::kConfidencePrior;
+    PlanByObjective(input, batch, plan);
+    if (!input.confidence_ready) {
       for (int64_t i = 0; i < batch; ++i) {
-        if (j >= caps_[i] || survival_[i] == 0) continue;
-        survival_[i] *= Clamp(input.confidences[i * gamma + j]);
-        if (survival_[i] < options_.min_survival) {
-          survival_[i] = 0;
-          continue;
-        }
-        candidates_.push_back({survival_[i], static_cast<int32_t>(i), j});
+        plan->depths[i] = std::max(plan->depths[i], std::min<int32_t>(caps_[i], 1));
       }
-    }
-    SortBySurvival();
-    const double b = static_cast<double>(batch);
-    const CostTable& table = *cost_table_;
-    // A pass costs what its rows do (CostTable::PredictDraftPassAt), looked
-    // up per row count; the prices depend on the table alone, so they are
-    // kept from plan to plan and extended as batches grow.
-    for (int64_t n = static_cast<int64_t>(first_pass_seconds_.size()); n <= batch; ++n) {
-      first_pass_seconds_.push_back(table.PredictDraftPassAt(static_cast<double>(n), true));
-      later_pass_seconds_.push_back(table.PredictDraftPassAt(static_cast<double>(n), false));
-    }
-    // The verify at b + k rows for every k a plan can reach, in one sweep of
-    // the batch's curve (the bits of Predict(b, b + k)), and the table's own
-    // draft phase: the loop below then prices a plan with lookups alone.
-    const int64_t max_k = static_cast<int64_t>(candidates_.size());
-    table.CurveAt(b, &curve_);
-    verify_seconds_.resize(max_k + 1);
-    curve_.Sweep(b, max_k + 1, [this](int64_t k, double s) { verify_seconds_[k] = s; });
-    const double table_phase = table.PredictDraftPhase(b, table.draft_passes());
-    const bool catch_up = !input.catch_up_tokens.empty();
-    double best = b / table.StepFromPhases(verify_seconds_[0], table_phase, 0.0);
-    int best_limit = 0;
-    int64_t best_k = 0;
-    int max_position = 0;
-    for (const Candidate& c : candidates_) max_position = std::max(max_position, c.position + 1);
-    first_by_drafters_.assign(batch + 1, 0.0);
-    for (int limit = 1; limit <= max_position; ++limit) {
-      rows_per_pass_.assign(limit, 0);
-      double gain = b;
-      int64_t k = 0;
-      int64_t extra = 0;  // catch-up tokens of the requests drafting so far
-      double first = 0;   // the first pass: it changes with a first draft only
-      for (const Candidate& c : candidates_) {
-        if (c.position >= limit) continue;
-        gain += c.survival;
-        ++k;
-        ++rows_per_pass_[c.position];
-        if (c.position == 0) {
-          // A request's first draft comes first among its own (its survival
-          // is its largest), and brings the request's catch-up. First
-          // drafts join in the same order under every limit, so the first
-          // pass's price after n of them is priced once, under limit 1.
-          const int64_t n = rows_per_pass_[0];
-          if (limit == 1) {
-            if (catch_up) extra += input.catch_up_tokens[c.request];
-            first_by_drafters_[n] =
-                extra == 0 ? first_pass_seconds_[n]
-                           : table.PredictDraftPassAt(static_cast<double>(n + extra), true);
-          }
-          first = first_by_drafters_[n];
-        }
-        // Summed as PredictDraftPhaseAt does (a pass of no rows adds 0), so
-        // the plan's price is the one Finish reports.
-        double phase = first;
-        for (int p = 1; p < limit; ++p) phase += later_pass_seconds_[rows_per_pass_[p]];
-        const double objective = gain / table.StepFromPhases(verify_seconds_[k], table_phase, phase);
-        if (objective > best) {
-          best = objective;
-          best_limit = limit;
-          best_k = k;
-        }
-      }
-    }
-    int64_t taken = 0;
-    for (const Candidate& c : candidates_) {
-      if (taken == best_k) break;
-      if (c.position >= best_limit) continue;
-      plan->depths[c.request] = std::max(plan->depths[c.request], c.position + 1);
-      ++taken;
     }
   }
   Finish(batch, input.confidences, input.catch_up_tokens, plan);

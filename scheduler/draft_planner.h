@@ -36,10 +36,17 @@
 // drafts pay for its catch-up this step; the plans compared stay the top k
 // survivals, each priced with its catch-up.
 //
-// Fallbacks: without a draft split in the table, with no table, or while the
-// confidence source is on its prior, every request drafts its cap (today's
-// behaviour, what a whole-step table was measured at). An operator's
-// speculation limit (drafts_allowed false) makes every depth 0.
+// Exploration. While the confidence source is on its prior, the
+// confidences are its prior rates (ConfidenceSource::UnseenConfidence: 1
+// before anything is seen, near the measured acceptance rate after a few
+// dozen observations), and every request that may draft drafts at least one
+// token, so that the first position's observations, which the source's first
+// fit needs, keep coming; deeper drafts are planned as above. A pair whose
+// drafts do not pay then explores at one draft a request instead of gamma.
+//
+// Fallbacks: without a draft split in the table, or with no table, every
+// request drafts its cap (what a whole-step table was measured at). An
+// operator's speculation limit (drafts_allowed false) makes every depth 0.
 //
 // Determinism: as the verify planner: double arithmetic in a fixed order, a
 // total order on candidates, no threads. DraftPlanHash is what the engine
@@ -63,7 +70,7 @@ namespace verdict {
 enum class DraftReason {
   kPlanned,          // depths from the objective
   kNoDraftSplit,     // the table cannot price passes apart: everyone drafts its cap
-  kConfidencePrior,  // the confidence source is on its prior: everyone drafts its cap
+  kConfidencePrior,  // the source is on its prior: planned on its rates, one draft at least
   kOperatorLimit,    // drafts_allowed false (--speculation-max-batch): nobody drafts
   kEmptyBatch,       // no requests
   kPinnedDepth,      // SetPinnedDepth (`verdict profile`): every request drafts min(pin, cap)
@@ -133,6 +140,9 @@ class DraftPlanner {
 
   // Orders candidates_ by survival, down, keeping the order of equals.
   void SortBySurvival();
+  // The depths of the best (limit, k) plan (see the decision above), into
+  // plan->depths, which holds batch zeros on entry.
+  void PlanByObjective(const DraftPlannerInput& input, int64_t batch, DraftPlan* plan);
   void Finish(int64_t batch, absl::Span<const double> confidences,
               absl::Span<const int32_t> catch_up_tokens, DraftPlan* plan);
 

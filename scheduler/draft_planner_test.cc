@@ -280,7 +280,7 @@ TEST(DraftPlannerTest, FallbacksAndOverride) {
                         &plan)
                   .ok());
   EXPECT_EQ(plan.reason, DraftReason::kConfidencePrior);
-  EXPECT_EQ(plan.depths, (std::vector<int32_t>{3, 1}));
+  EXPECT_EQ(plan.depths, (std::vector<int32_t>{1, 1}));  // doubtful drafts: the floor
 
   ASSERT_TRUE(split
                   .Plan({.confidences = confidences, .max_verify_lens = max_lens,
@@ -328,6 +328,38 @@ TEST(DraftPlannerTest, FallbacksAndOverride) {
 // the passes' time, the later passes cost 1/60 of a mean pass, and the
 // planner that stopped at three passes on the mean-pass table drafts all
 // four.
+// On the confidence source's prior the planner plans on the prior rates it
+// is given, and every request that may draft drafts at least one token (the
+// observations the source's first fit needs): drafts that pay go deep,
+// doubtful ones stop at the floor, and a request whose speculation is off
+// or that emitted a stop drafts nothing.
+TEST(DraftPlannerTest, OnThePriorEveryRequestThatMayDraftDraftsAtLeastOne) {
+  const CostTable table = SplitTable({0.001, 0.001, 0.001, 0.001}, 3, 0.002);
+  DraftPlanner planner = *DraftPlanner::Create({.gamma = 3}, table);
+  const std::vector<int32_t> max_lens = {4, 4, 4, 2};
+  const std::vector<uint8_t> flags = {0, 0, kSpeculationDisabled, 0};
+  DraftPlan plan;
+  for (const double rate : {1.0, 0.99, 0.6, 0.2, 0.01, 0.0}) {
+    const std::vector<double> confidences(4 * 3, rate);
+    DraftPlannerInput input{.confidences = confidences, .max_verify_lens = max_lens,
+                            .flags = flags};
+    ASSERT_TRUE(planner.Plan(input, &plan).ok());
+    ASSERT_EQ(plan.reason, DraftReason::kPlanned);
+    const std::vector<int32_t> planned = plan.depths;
+    input.confidence_ready = false;
+    ASSERT_TRUE(planner.Plan(input, &plan).ok());
+    EXPECT_EQ(plan.reason, DraftReason::kConfidencePrior);
+    for (size_t i = 0; i < max_lens.size(); ++i) {
+      const int32_t cap = i == 2 ? 0 : std::min(3, max_lens[i] - 1);
+      EXPECT_EQ(plan.depths[i], std::max(planned[i], std::min(cap, 1)))
+          << "rate " << rate << ", request " << i;
+    }
+    EXPECT_EQ(plan.drafting_requests, 3) << "rate " << rate;
+    if (rate >= 0.99) EXPECT_EQ(plan.depths, (std::vector<int32_t>{3, 3, 0, 1})) << rate;
+    if (rate <= 0.01) EXPECT_EQ(plan.depths, (std::vector<int32_t>{1, 1, 0, 1})) << rate;
+  }
+}
+
 TEST(DraftPlannerTest, ADearFirstPassAndCheapLaterPassesDraftDeeper) {
   const std::vector<double> pass = {0.001, 0.001, 0.001, 0.001};
   const std::vector<double> confidences(4 * 4, 0.6);

@@ -143,7 +143,8 @@ TEST(EngineCostTableTest, AutoPlansWithTheTableOfThisEnginesKeyOnly) {
 
   // This key's table beside it, though later in the directory: the
   // planners price every step with it, and the draft planner has a split to
-  // plan with (it drafts in full only while the estimator is on its prior).
+  // plan with (on the estimator's prior too, where it plans on the prior
+  // rates, one draft a request at least).
   WriteCostlyDraftTable((dir / "d.json").string(), key.origin);
   const std::map<Shape, double> own = prices();
   int shared = 0;

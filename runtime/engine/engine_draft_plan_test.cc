@@ -127,8 +127,18 @@ TEST_P(DraftPlanEngineTest, CostlyDraftsGiveZeroDraftStepsWithTheTargetsTokens) 
   }
   EXPECT_GT(plain, 0) << "the estimator never got ready";
   EXPECT_EQ(run.stats.plain_steps, plain);
-  // The steps on the estimator's prior drafted every request's cap.
+  // The steps on the estimator's prior drafted, and only one token a
+  // request: at the prior rates costly drafts do not pay, so what drafts is
+  // the floor that feeds the estimator's first fit.
   EXPECT_GT(run.stats.draft_passes, 0);
+  int prior = 0;
+  for (const StepTiming& t : run.steps) {
+    if (t.draft_reason != DraftReason::kConfidencePrior) continue;
+    ++prior;
+    EXPECT_EQ(t.draft_passes, 1) << "step " << t.step;
+    EXPECT_EQ(t.drafting_requests, t.batch_size) << "step " << t.step;
+  }
+  EXPECT_GT(prior, 0);
   // Plain decoding from the estimator's first fit to the end (about 60
   // steps of 16 requests get every position fitted).
   EXPECT_GT(plain, 20);
