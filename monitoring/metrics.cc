@@ -190,7 +190,8 @@ ServingMetrics::ServingMetrics(std::shared_ptr<prometheus::Registry> registry)
       draft_plan_steps_family_(CounterFamily(
           *registry_, "verdict_draft_plan_steps_total",
           "Decode steps by the draft plan's reason: planned depths from the cost table's "
-          "draft split; no-draft-split and confidence-prior drafted every request's cap; "
+          "draft split; no-draft-split drafted every request's cap; confidence-prior "
+          "planned on the estimator's prior rates, one draft a request at least; "
           "operator-limit drafted nothing (--speculation-max-batch)")),
       plan_steps_family_(CounterFamily(
           *registry_, "verdict_plan_steps_total",

@@ -116,12 +116,13 @@ class OnlineAcceptanceEstimator final : public ConfidenceSource {
 
   int gamma() const override { return options_.gamma; }
   bool ready() const override;
-  // Before the first position has a fit every draft scores its position's
-  // prior rate (PriorRate), whatever its signal; after it, a deeper position
-  // without a fit scores as the position before it for the same request:
-  // positions deep in the block are observed only after every earlier draft
-  // was accepted, so at low acceptance their fits come late, and the
-  // planners would otherwise run on the prior until then.
+  // A fitted position scores its fit. Before the first position has a fit,
+  // a draft at a position without one scores the position's prior rate
+  // (PriorRate), whatever its signal; after it, a deeper position without a
+  // fit scores as the position before it for the same request: positions
+  // deep in the block are observed only after every earlier draft was
+  // accepted, so at low acceptance their fits come late, and the planners
+  // would otherwise run on the prior until then.
   absl::Status Score(absl::Span<const float> signals,
                      absl::Span<double> confidences) const override;
   // Per request, in request-id order: drafts 0..accepted_drafts-1 are accepted

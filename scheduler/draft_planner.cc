@@ -136,25 +136,40 @@ void DraftPlanner::SortBySurvival() {
 }
 
 void DraftPlanner::PlanByObjective(const DraftPlannerInput& input, int64_t batch,
-                                   DraftPlan* plan) {
+                                   bool first_drafts_forced, DraftPlan* plan) {
   const int gamma = options_.gamma;
   // Candidates by position, then request, so that a stable sort by
   // survival alone orders them totally (survival down, then position and
-  // request up): every rank picks the same top k.
+  // request up): every rank picks the same top k. A forced first draft is
+  // a candidate whatever its survival.
   candidates_.clear();
   survival_.assign(batch, 1.0);  // each request's, so far; 0 once below min_survival
   for (int j = 0; j < gamma; ++j) {
     for (int64_t i = 0; i < batch; ++i) {
       if (j >= caps_[i] || survival_[i] == 0) continue;
       survival_[i] *= Clamp(input.confidences[i * gamma + j]);
-      if (survival_[i] < options_.min_survival) {
-        survival_[i] = 0;
-        continue;
-      }
-      candidates_.push_back({survival_[i], static_cast<int32_t>(i), j});
+      const bool candidate =
+          survival_[i] >= options_.min_survival || (first_drafts_forced && j == 0);
+      if (candidate) candidates_.push_back({survival_[i], static_cast<int32_t>(i), j});
+      if (survival_[i] < options_.min_survival) survival_[i] = 0;
     }
   }
   SortBySurvival();
+  // Forced first drafts go before every other candidate, in their order:
+  // the plans compared are then all of them plus the surest k of the rest
+  // (still a prefix per request, each first draft ahead of its own).
+  int64_t min_k = 0;
+  if (first_drafts_forced) {
+    sort_scratch_.clear();
+    for (const Candidate& c : candidates_) {
+      if (c.position == 0) sort_scratch_.push_back(c);
+    }
+    min_k = static_cast<int64_t>(sort_scratch_.size());
+    for (const Candidate& c : candidates_) {
+      if (c.position != 0) sort_scratch_.push_back(c);
+    }
+    candidates_.swap(sort_scratch_);
+  }
   const double b = static_cast<double>(batch);
   const CostTable& table = *cost_table_;
   // A pass costs what its rows do (CostTable::PredictDraftPassAt), looked
@@ -173,7 +188,9 @@ void DraftPlanner::PlanByObjective(const DraftPlannerInput& input, int64_t batch
   curve_.Sweep(b, max_k + 1, [this](int64_t k, double s) { verify_seconds_[k] = s; });
   const double table_phase = table.PredictDraftPhase(b, table.draft_passes());
   const bool catch_up = !input.catch_up_tokens.empty();
-  double best = b / table.StepFromPhases(verify_seconds_[0], table_phase, 0.0);
+  // The plain step, unless first drafts are forced.
+  double best = min_k == 0 ? b / table.StepFromPhases(verify_seconds_[0], table_phase, 0.0)
+                           : -std::numeric_limits<double>::infinity();
   int best_limit = 0;
   int64_t best_k = 0;
   int max_position = 0;
@@ -209,7 +226,7 @@ void DraftPlanner::PlanByObjective(const DraftPlannerInput& input, int64_t batch
       double phase = first;
       for (int p = 1; p < limit; ++p) phase += later_pass_seconds_[rows_per_pass_[p]];
       const double objective = gain / table.StepFromPhases(verify_seconds_[k], table_phase, phase);
-      if (objective > best) {
+      if (k >= min_k && objective > best) {
         best = objective;
         best_limit = limit;
         best_k = k;
@@ -280,17 +297,12 @@ absl::Status DraftPlanner::Plan(const DraftPlannerInput& input, DraftPlan* plan)
     plan->reason = DraftReason::kNoDraftSplit;
     std::copy(caps_.begin(), caps_.end(), plan->depths.begin());
   } else {
-    // On the prior the confidences are the source's prior rates, the same
-    // for every request; every request that may draft drafts at least one
-    // token, since the first position's observations are what the source's
-    // first fit needs, and deeper where the objective says so.
+    // On the prior the confidences are the source's prior rates; every
+    // request that may draft drafts at least one token, since the first
+    // position's observations are what the source's first fit needs, and
+    // deeper where the objective, with those first drafts paid for, says so.
     plan->reason = input.confidence_ready ? DraftReason::kPlanned : DraftReason::kConfidencePrior;
-    PlanByObjective(input, batch, plan);
-    if (!input.confidence_ready) {
-      for (int64_t i = 0; i < batch; ++i) {
-        plan->depths[i] = std::max(plan->depths[i], std::min<int32_t>(caps_[i], 1));
-      }
-    }
+    PlanByObjective(input, batch, /*first_drafts_forced=*/!input.confidence_ready, plan);
   }
   Finish(batch, input.confidences, input.catch_up_tokens, plan);
   return absl::OkStatus();

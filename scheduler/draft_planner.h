@@ -41,8 +41,10 @@
 // before anything is seen, near the measured acceptance rate after a few
 // dozen observations), and every request that may draft drafts at least one
 // token, so that the first position's observations, which the source's first
-// fit needs, keep coming; deeper drafts are planned as above. A pair whose
-// drafts do not pay then explores at one draft a request instead of gamma.
+// fit needs, keep coming; deeper drafts are planned as above, on top of those
+// first drafts (the plans compared are every first draft plus the surest k
+// of the others). A pair whose drafts do not pay then explores at one draft
+// a request instead of gamma.
 //
 // Fallbacks: without a draft split in the table, or with no table, every
 // request drafts its cap (what a whole-step table was measured at). An
@@ -141,8 +143,11 @@ class DraftPlanner {
   // Orders candidates_ by survival, down, keeping the order of equals.
   void SortBySurvival();
   // The depths of the best (limit, k) plan (see the decision above), into
-  // plan->depths, which holds batch zeros on entry.
-  void PlanByObjective(const DraftPlannerInput& input, int64_t batch, DraftPlan* plan);
+  // plan->depths, which holds batch zeros on entry. With first drafts
+  // forced, every request whose cap is at least 1 drafts one token and
+  // the plans compared add the surest k of the other drafts to those.
+  void PlanByObjective(const DraftPlannerInput& input, int64_t batch, bool first_drafts_forced,
+                       DraftPlan* plan);
   void Finish(int64_t batch, absl::Span<const double> confidences,
               absl::Span<const int32_t> catch_up_tokens, DraftPlan* plan);
 

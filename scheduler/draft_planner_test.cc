@@ -62,15 +62,23 @@ double Objective(const CostTable& table, const std::vector<double>& confidences,
   return gain / table.PredictStepAt(b, b + static_cast<double>(total), rows);
 }
 
-// The best objective over every depth vector within the caps.
+// The best objective over every depth vector within the caps; with first
+// drafts forced, every request whose cap is at least 1 drafts one at least.
 double BruteForce(const CostTable& table, const std::vector<double>& confidences, int gamma,
-                  const std::vector<int32_t>& caps) {
-  std::vector<int32_t> depths(caps.size(), 0);
+                  const std::vector<int32_t>& caps, bool first_drafts_forced = false) {
+  std::vector<int32_t> floors(caps.size(), 0);
+  if (first_drafts_forced) {
+    for (size_t i = 0; i < caps.size(); ++i) floors[i] = std::min(caps[i], 1);
+  }
+  std::vector<int32_t> depths = floors;
   double best = -1;
   while (true) {
     best = std::max(best, Objective(table, confidences, gamma, depths));
     size_t i = 0;
-    while (i < depths.size() && depths[i] == caps[i]) depths[i++] = 0;
+    while (i < depths.size() && depths[i] == caps[i]) {
+      depths[i] = floors[i];
+      ++i;
+    }
     if (i == depths.size()) break;
     ++depths[i];
   }
@@ -80,21 +88,27 @@ double BruteForce(const CostTable& table, const std::vector<double>& confidences
 // The best of the plans that draft the surest tokens, as the planner
 // defines them: for each limit P on the depth and each k, the top k drafts
 // of positions below P (survival descending, then position, then request).
+// With first drafts forced: every first draft, plus the top k of the rest.
 double BestOfSurestPlans(const CostTable& table, const std::vector<double>& confidences,
-                         int gamma, const std::vector<int32_t>& caps) {
+                         int gamma, const std::vector<int32_t>& caps,
+                         bool first_drafts_forced = false) {
   struct Draft {
     double survival;
     int position, request;
   };
   const int batch = static_cast<int>(caps.size());
-  double best = Objective(table, confidences, gamma, std::vector<int32_t>(batch, 0));
+  std::vector<int32_t> floors(batch, 0);
+  if (first_drafts_forced) {
+    for (int i = 0; i < batch; ++i) floors[i] = std::min(caps[i], 1);
+  }
+  double best = Objective(table, confidences, gamma, floors);
   for (int limit = 1; limit <= gamma; ++limit) {
     std::vector<Draft> drafts;
     for (int i = 0; i < batch; ++i) {
       double survival = 1;
       for (int j = 0; j < std::min(limit, static_cast<int>(caps[i])); ++j) {
         survival *= confidences[i * gamma + j];
-        drafts.push_back({survival, j, i});
+        if (j >= floors[i]) drafts.push_back({survival, j, i});
       }
     }
     std::sort(drafts.begin(), drafts.end(), [](const Draft& a, const Draft& b) {
@@ -102,7 +116,7 @@ double BestOfSurestPlans(const CostTable& table, const std::vector<double>& conf
       if (a.position != b.position) return a.position < b.position;
       return a.request < b.request;
     });
-    std::vector<int32_t> depths(batch, 0);
+    std::vector<int32_t> depths = floors;
     for (const Draft& d : drafts) {
       depths[d.request] = std::max(depths[d.request], d.position + 1);
       best = std::max(best, Objective(table, confidences, gamma, depths));
@@ -149,25 +163,29 @@ TEST(DraftPlannerTest, MatchesBruteForceOverDepths) {
     }
     DraftPlanner planner = *DraftPlanner::Create({.gamma = gamma, .min_survival = 1e-12}, table);
     DraftPlan plan;
+    // One trial in three on the confidence source's prior, where every
+    // request that may draft drafts one token at least.
+    const bool prior = trial % 3 == 2;
     ASSERT_TRUE(planner.Plan({.confidences = confidences, .max_verify_lens = max_lens,
-                              .flags = flags},
+                              .flags = flags, .confidence_ready = !prior},
                              &plan)
                     .ok());
-    ASSERT_EQ(plan.reason, DraftReason::kPlanned);
+    ASSERT_EQ(plan.reason, prior ? DraftReason::kConfidencePrior : DraftReason::kPlanned);
     ASSERT_EQ(plan.depths.size(), static_cast<size_t>(batch));
     for (int i = 0; i < batch; ++i) {
-      ASSERT_GE(plan.depths[i], 0);
+      ASSERT_GE(plan.depths[i], prior ? std::min(caps[i], 1) : 0) << "trial " << trial;
       ASSERT_LE(plan.depths[i], caps[i]) << "trial " << trial << " request " << i;
     }
     const double got = Objective(table, confidences, gamma, plan.depths);
-    ASSERT_NEAR(got, BestOfSurestPlans(table, confidences, gamma, caps), got * 1e-12)
+    ASSERT_NEAR(got, BestOfSurestPlans(table, confidences, gamma, caps, prior), got * 1e-12)
         << "trial " << trial;
     if (!first_pass_apart) {
-      const double want = BruteForce(table, confidences, gamma, caps);
+      const double want = BruteForce(table, confidences, gamma, caps, prior);
       ASSERT_GE(got, want * (1 - 1e-12)) << "trial " << trial;
     }
     EXPECT_NEAR(plan.predicted_committed_tokens / plan.predicted_step_seconds, got, got * 1e-12);
     EXPECT_EQ(plan.passes, *std::max_element(plan.depths.begin(), plan.depths.end()));
+    if (prior) continue;
     if (plan.passes == 0) ++planned_none;
     if (plan.passes > 0 && plan.passes < gamma) ++planned_partial;
     if (plan.drafting_requests > 0 && plan.drafting_requests < batch) ++planned_mixed;
@@ -324,15 +342,12 @@ TEST(DraftPlannerTest, FallbacksAndOverride) {
   EXPECT_EQ(plan.depths, (std::vector<int32_t>{0, 0}));
 }
 
-// The first pass priced apart moves the decision: when it holds 95% of
-// the passes' time, the later passes cost 1/60 of a mean pass, and the
-// planner that stopped at three passes on the mean-pass table drafts all
-// four.
-// On the confidence source's prior the planner plans on the prior rates it
-// is given, and every request that may draft drafts at least one token (the
-// observations the source's first fit needs): drafts that pay go deep,
-// doubtful ones stop at the floor, and a request whose speculation is off
-// or that emitted a stop drafts nothing.
+// On the confidence source's prior, every request that may draft drafts at
+// least one token (the observations the source's first fit needs), and
+// deeper where the objective, with those first drafts paid for, says so: a
+// request whose speculation is off or that emitted a stop drafts nothing.
+// Where a first draft alone does not pay but a deeper one does once the
+// first is paid for, the prior's plan drafts deeper than the ready one.
 TEST(DraftPlannerTest, OnThePriorEveryRequestThatMayDraftDraftsAtLeastOne) {
   const CostTable table = SplitTable({0.001, 0.001, 0.001, 0.001}, 3, 0.002);
   DraftPlanner planner = *DraftPlanner::Create({.gamma = 3}, table);
@@ -342,24 +357,36 @@ TEST(DraftPlannerTest, OnThePriorEveryRequestThatMayDraftDraftsAtLeastOne) {
   for (const double rate : {1.0, 0.99, 0.6, 0.2, 0.01, 0.0}) {
     const std::vector<double> confidences(4 * 3, rate);
     DraftPlannerInput input{.confidences = confidences, .max_verify_lens = max_lens,
-                            .flags = flags};
-    ASSERT_TRUE(planner.Plan(input, &plan).ok());
-    ASSERT_EQ(plan.reason, DraftReason::kPlanned);
-    const std::vector<int32_t> planned = plan.depths;
-    input.confidence_ready = false;
+                            .flags = flags, .confidence_ready = false};
     ASSERT_TRUE(planner.Plan(input, &plan).ok());
     EXPECT_EQ(plan.reason, DraftReason::kConfidencePrior);
-    for (size_t i = 0; i < max_lens.size(); ++i) {
-      const int32_t cap = i == 2 ? 0 : std::min(3, max_lens[i] - 1);
-      EXPECT_EQ(plan.depths[i], std::max(planned[i], std::min(cap, 1)))
-          << "rate " << rate << ", request " << i;
-    }
+    EXPECT_EQ(plan.depths[2], 0) << "rate " << rate;
     EXPECT_EQ(plan.drafting_requests, 3) << "rate " << rate;
+    for (int i : {0, 1, 3}) EXPECT_GE(plan.depths[i], 1) << "rate " << rate << ", request " << i;
     if (rate >= 0.99) EXPECT_EQ(plan.depths, (std::vector<int32_t>{3, 3, 0, 1})) << rate;
     if (rate <= 0.01) EXPECT_EQ(plan.depths, (std::vector<int32_t>{1, 1, 0, 1})) << rate;
   }
+
+  // A first pass that holds 95% of the passes' time: at confidence 0.5 no
+  // draft pays for it, but once it is paid for, every later draft does.
+  DraftPlanner dear_first =
+      *DraftPlanner::Create({.gamma = 4}, OnePassTable({0.004, 0.004, 0.004, 0.004}, 4, 1e-4, 0.95));
+  const std::vector<double> halves(4, 0.5);
+  const std::vector<int32_t> one_request = {5};
+  ASSERT_TRUE(dear_first.Plan({.confidences = halves, .max_verify_lens = one_request}, &plan).ok());
+  EXPECT_EQ(plan.depths, (std::vector<int32_t>{0}));
+  ASSERT_TRUE(dear_first
+                  .Plan({.confidences = halves, .max_verify_lens = one_request,
+                         .confidence_ready = false},
+                        &plan)
+                  .ok());
+  EXPECT_EQ(plan.depths, (std::vector<int32_t>{4}));
 }
 
+// The first pass priced apart moves the decision: when it holds 95% of
+// the passes' time, the later passes cost 1/60 of a mean pass, and the
+// planner that stopped at three passes on the mean-pass table drafts all
+// four.
 TEST(DraftPlannerTest, ADearFirstPassAndCheapLaterPassesDraftDeeper) {
   const std::vector<double> pass = {0.001, 0.001, 0.001, 0.001};
   const std::vector<double> confidences(4 * 4, 0.6);

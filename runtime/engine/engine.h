@@ -416,8 +416,8 @@ class Engine : public GenerationService {
   // (Request::lagged_signals); a position it never drafted (a new request,
   // or deeper than it has drafted) takes the estimator's recent acceptance
   // rate there (ConfidenceSource::UnseenConfidence), so that a request
-  // joining a batch is planned like the others, not at full depth; 1 while
-  // the estimator is on its prior.
+  // joining a batch is planned like the others, not at full depth; while
+  // the estimator is on its prior, every position takes its prior rate.
   absl::Status LaggedConfidences(const std::vector<Request*>& batch,
                                  std::vector<double>* confidences);
   // The draft plan of a step over `batch` into step->draft_depths, from
