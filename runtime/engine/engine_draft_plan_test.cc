@@ -5,6 +5,7 @@
 // between, requests draft to different depths. In every verify mode,
 // overlap on and off, the greedy output is the target's own. Built for the
 // CPU backend, and with VERDICT_TEST_CUDA for the CUDA one (a GPU test).
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -179,6 +180,25 @@ TEST_P(DraftPlanEngineTest, PayingDraftsGivePartialDepthsWithTheTargetsTokens) {
   EXPECT_GT(shallow_steps, 0);
   EXPECT_LT(run.stats.drafted, 5 * run.stats.spec_steps) << "every request drafted in full";
   EXPECT_GT(run.stats.accepted, 0);
+
+  // On the estimator's prior: the first step, with nothing seen (prior
+  // rates of 1, where all five drafts pay on this table), drafts five; as
+  // observations come, the prior rates fall towards the pair's acceptance
+  // and the prior's steps draft shallower, though never nothing.
+  std::vector<StepTiming> prior;
+  for (const StepTiming& t : run.steps) {
+    if (t.draft_reason == DraftReason::kConfidencePrior) prior.push_back(t);
+  }
+  std::sort(prior.begin(), prior.end(),
+            [](const StepTiming& a, const StepTiming& b) { return a.step < b.step; });
+  ASSERT_FALSE(prior.empty());
+  EXPECT_EQ(prior.front().draft_passes, 5);
+  int shallow_prior_steps = 0;
+  for (const StepTiming& t : prior) {
+    EXPECT_GE(t.draft_passes, 1) << "step " << t.step;
+    if (t.draft_passes < 5) ++shallow_prior_steps;
+  }
+  EXPECT_GT(shallow_prior_steps, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, DraftPlanEngineTest,
