@@ -221,12 +221,13 @@ void DraftPlanner::PlanByObjective(const DraftPlannerInput& input, int64_t batch
         }
         first = first_by_drafters_[n];
       }
+      if (k < min_k) continue;  // a plan holds every forced first draft
       // Summed as PredictDraftPhaseAt does (a pass of no rows adds 0), so
       // the plan's price is the one Finish reports.
       double phase = first;
       for (int p = 1; p < limit; ++p) phase += later_pass_seconds_[rows_per_pass_[p]];
       const double objective = gain / table.StepFromPhases(verify_seconds_[k], table_phase, phase);
-      if (k >= min_k && objective > best) {
+      if (objective > best) {
         best = objective;
         best_limit = limit;
         best_k = k;

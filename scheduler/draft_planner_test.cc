@@ -62,14 +62,20 @@ double Objective(const CostTable& table, const std::vector<double>& confidences,
   return gain / table.PredictStepAt(b, b + static_cast<double>(total), rows);
 }
 
-// The best objective over every depth vector within the caps; with first
-// drafts forced, every request whose cap is at least 1 drafts one at least.
-double BruteForce(const CostTable& table, const std::vector<double>& confidences, int gamma,
-                  const std::vector<int32_t>& caps, bool first_drafts_forced = false) {
+// The least depth of each request: with first drafts forced, 1 for every
+// request whose cap is at least 1; else 0.
+std::vector<int32_t> DepthFloors(const std::vector<int32_t>& caps, bool first_drafts_forced) {
   std::vector<int32_t> floors(caps.size(), 0);
   if (first_drafts_forced) {
     for (size_t i = 0; i < caps.size(); ++i) floors[i] = std::min(caps[i], 1);
   }
+  return floors;
+}
+
+// The best objective over every depth vector between the floors and the caps.
+double BruteForce(const CostTable& table, const std::vector<double>& confidences, int gamma,
+                  const std::vector<int32_t>& caps, bool first_drafts_forced = false) {
+  const std::vector<int32_t> floors = DepthFloors(caps, first_drafts_forced);
   std::vector<int32_t> depths = floors;
   double best = -1;
   while (true) {
@@ -97,10 +103,7 @@ double BestOfSurestPlans(const CostTable& table, const std::vector<double>& conf
     int position, request;
   };
   const int batch = static_cast<int>(caps.size());
-  std::vector<int32_t> floors(batch, 0);
-  if (first_drafts_forced) {
-    for (int i = 0; i < batch; ++i) floors[i] = std::min(caps[i], 1);
-  }
+  const std::vector<int32_t> floors = DepthFloors(caps, first_drafts_forced);
   double best = Objective(table, confidences, gamma, floors);
   for (int limit = 1; limit <= gamma; ++limit) {
     std::vector<Draft> drafts;
@@ -369,8 +372,9 @@ TEST(DraftPlannerTest, OnThePriorEveryRequestThatMayDraftDraftsAtLeastOne) {
 
   // A first pass that holds 95% of the passes' time: at confidence 0.5 no
   // draft pays for it, but once it is paid for, every later draft does.
-  DraftPlanner dear_first =
-      *DraftPlanner::Create({.gamma = 4}, OnePassTable({0.004, 0.004, 0.004, 0.004}, 4, 1e-4, 0.95));
+  const CostTable dear_first_table =
+      OnePassTable({0.004, 0.004, 0.004, 0.004}, 4, 1e-4, 0.95);
+  DraftPlanner dear_first = *DraftPlanner::Create({.gamma = 4}, dear_first_table);
   const std::vector<double> halves(4, 0.5);
   const std::vector<int32_t> one_request = {5};
   ASSERT_TRUE(dear_first.Plan({.confidences = halves, .max_verify_lens = one_request}, &plan).ok());
