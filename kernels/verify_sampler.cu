@@ -13,7 +13,9 @@
 // makes the row's decision redundantly from the same values, so the CTAs
 // agree without further communication. Rows that need more than one pass
 // (top-k / top-p selection, a residual sample) read their slices again from
-// global memory, mostly from L2; a sample from q reads one tile again (the
+// global memory, mostly from L2 (in steps of at most one CTA per SM, a
+// filtered row's CTAs keep their slices' z in shared memory instead,
+// KernelArgs::stash); a sample from q reads one tile again (the
 // tiles race with their masses first, verify_internal::kTileRaceRow). Top-p
 // narrows its threshold with histograms of counts by distance to the row
 // maximum, which bound the mass above every bin edge, lists the few
@@ -68,8 +70,8 @@ using verify_internal::RowKind;
 using verify_internal::RowSetup;
 using verify_internal::TileMassAtRowMax;
 
-// CTAs of 256 threads. The stream keeps no row in shared memory, so
-// occupancy is set by registers alone: steps that fill the GPU run a build
+// CTAs of 256 threads. Steps that fill the GPU keep no row in shared memory,
+// so their occupancy is set by registers alone: they run a build
 // with at least three CTAs per SM (at most 85 registers a thread), to hide
 // the stream's latency; steps of at most one CTA per SM, where occupancy
 // buys nothing, run a build with two (128 registers, no spills), whose
@@ -87,11 +89,18 @@ static_assert(int64_t{kMaxSplits} * kMaxTilesPerCta * kMassTileIds >= kMaxVocabS
 // their slices at the same time, so a slice this short is still in L2 when
 // its row's race reads it again.
 constexpr int kTargetTilesPerCta = 32;
+// The most tiles a CTA keeps in its stash (KernelArgs::stash): 64 KiB of z,
+// so that two CTAs of the small-step build still fit an SM with their
+// static shared memory; it covers one CTA's slice of a row split over 15
+// CTAs up to V = 245760.
+constexpr int kMaxStashTiles = 16;
 // Ids a top-k row's candidate list holds (per CTA; the bucket round checks
 // that the whole cluster's candidates fit one CTA's list, so any split fits).
 constexpr int kListCapacity = 2048;
 // verify_internal::SetTargetTilesPerCta's value (0: kTargetTilesPerCta).
 std::atomic<int32_t> target_tiles_override{0};
+// verify_internal::SetSliceStash(false): no launch keeps a stash.
+std::atomic<bool> stash_disabled{false};
 // A lane's part of a tile: kTileGroups groups of four consecutive ids, the
 // warp's groups 128 ids apart (coalesced 16-byte loads).
 constexpr int kTileGroups = kMassTileIds / 128;
@@ -187,6 +196,13 @@ struct KernelArgs {
   // slice of the draft's p at the start, so that the residual's pass (the
   // rejected row's second pass) finds it there instead of in HBM.
   bool prefetch_probs;
+  // A step of at most one CTA per SM whose slices fit shared memory: the
+  // first pass of a row with top-k, top-p or min-p keeps each CTA's z (after
+  // temperature and bitmask, -inf past the vocabulary) in its stash, and
+  // every later pass over the slice (the selections, the kept masses, the
+  // residual) reads it there instead of from L2, whose latency those passes
+  // cannot hide with one CTA an SM.
+  bool stash;
 };
 
 // One mass tile of the first pass: its kept maximum (+0 for a zero maximum,
@@ -208,6 +224,14 @@ struct DynamicLayout {
         listed((list_tile_key + tiles * 4 + 15) / 16 * 16) {}
   __host__ __device__ constexpr int64_t Bytes(int64_t tiles, bool sparse) const {
     return listed + (sparse ? tiles * kMassTileIds / 8 : 0);
+  }
+  // The stash (KernelArgs::stash) follows: z of every id of the CTA, as
+  // float4 groups in id order (group g holds local ids 4g .. 4g + 3).
+  __host__ __device__ constexpr int64_t StashOffset(int64_t tiles, bool sparse) const {
+    return (Bytes(tiles, sparse) + 15) / 16 * 16;
+  }
+  __host__ __device__ constexpr int64_t BytesWithStash(int64_t tiles, bool sparse) const {
+    return StashOffset(tiles, sparse) + tiles * kMassTileIds * 4;
   }
   int64_t kept_tile_mass;
   int64_t list_tile_sum;
@@ -254,6 +278,7 @@ struct Broadcast {
   bool greedy;
   float inv_temperature;
   int32_t top_k;
+  bool stash_row;  // the first pass fills this CTA's stash (KernelArgs::stash)
   float top_p;
   float min_p;
   unsigned long long seed;
@@ -728,21 +753,26 @@ __device__ __forceinline__ void FormZ(const VerifyInputs& in, float4 (&z4)[kCoun
 
 // Streams a CTA's slice of `tiles` mass tiles from `first_tile`, a tile per
 // warp: each lane loads its kTileGroups groups before visiting any of its
-// values (the loads in flight together, as in StreamTile), then
+// values (the loads in flight together, as in StreamTile; from the CTA's
+// `stash` when the launch keeps one, else from global memory), then
 // visit(tile, id, z) runs for each value in lockstep across the warp (so a
 // visitor may vote with __ballot_sync), ids past the vocabulary included
 // (their z is -inf). begin_tile(tile) and end_tile(tile) run around a tile's
 // values, for per-tile sums.
 template <typename LogitT, typename BeginTile, typename Visit, typename EndTile>
 __device__ __forceinline__ void StreamSliceValues(const KernelArgs& a, const LogitT* row_logits,
-                                                  const RowZ& rz, int32_t first_tile,
-                                                  int32_t tiles, BeginTile&& begin_tile,
-                                                  Visit&& visit, EndTile&& end_tile) {
+                                                  const float4* stash, const RowZ& rz,
+                                                  int32_t first_tile, int32_t tiles,
+                                                  BeginTile&& begin_tile, Visit&& visit,
+                                                  EndTile&& end_tile) {
   for (int32_t tile = Warp(); tile < tiles; tile += kWarps) {
     const int32_t base = (first_tile + tile) * kMassTileIds + 4 * Lane();
     begin_tile(tile);
     float4 z4[kTileGroups];
-    if ((first_tile + tile + 1) * kMassTileIds <= a.in.vocab_size) {
+    if (stash != nullptr) {
+#pragma unroll
+      for (int k = 0; k < kTileGroups; ++k) z4[k] = stash[tile * (kMassTileIds / 4) + 32 * k + Lane()];
+    } else if ((first_tile + tile + 1) * kMassTileIds <= a.in.vocab_size) {
       // Every load of the tile issued before the first is used (LoadZGroup's
       // branches for the row's last tile would make each wait for the one
       // before).
@@ -765,10 +795,11 @@ __device__ __forceinline__ void StreamSliceValues(const KernelArgs& a, const Log
 // StreamSliceValues without per-tile hooks.
 template <typename LogitT, typename Visit>
 __device__ __forceinline__ void StreamSliceValues(const KernelArgs& a, const LogitT* row_logits,
-                                                  const RowZ& rz, int32_t first_tile,
-                                                  int32_t tiles, Visit&& visit) {
+                                                  const float4* stash, const RowZ& rz,
+                                                  int32_t first_tile, int32_t tiles,
+                                                  Visit&& visit) {
   StreamSliceValues(
-      a, row_logits, rz, first_tile, tiles, [](int32_t) {}, visit, [](int32_t) {});
+      a, row_logits, stash, rz, first_tile, tiles, [](int32_t) {}, visit, [](int32_t) {});
 }
 
 // What one warp learns from one mass tile (every lane holds the result).
@@ -780,20 +811,17 @@ struct TileResult {
   int32_t bad;             // lowest id whose z is not finite (check_finite), else kNoId
 };
 
-// One warp streams mass tile `tile` of the row: each lane loads its
-// kTileValues ids (all loads issued before any arithmetic), then the tile's
-// maximum and mass over the ids kept at `threshold` (kNegInf: every allowed
-// id). Lane l's value 4k + j is id tile * kMassTileIds + 128k + 4l + j, so a
-// lane's values run in id order.
+// A tile's z from global memory for StreamTile, lane l's value 4k + j being
+// id base + 128k + j (base = tile * kMassTileIds + 4l): temperature, the
+// finiteness check (the lowest bad id into r->bad), -inf past the vocabulary
+// and for ids the bitmask forbids.
 template <typename LogitT>
-__device__ TileResult StreamTile(const KernelArgs& a, const LogitT* row_logits, int32_t tile,
-                                 const RowZ& rz, float threshold, bool find_argmax,
-                                 bool count_allowed, bool check_finite) {
+__device__ __forceinline__ void LoadTileZ(const KernelArgs& a, const LogitT* row_logits,
+                                          int32_t base, bool full, const RowZ& rz,
+                                          bool check_finite, float (&z)[kTileValues],
+                                          TileResult* r) {
   const VerifyInputs& in = a.in;
   const int32_t v_size = in.vocab_size;
-  const int32_t base = tile * kMassTileIds + 4 * Lane();
-  const bool full = (tile + 1) * kMassTileIds <= v_size;
-  float z[kTileValues];
   if (full) {
 #pragma unroll
     for (int k = 0; k < kTileGroups; ++k) {
@@ -819,7 +847,6 @@ __device__ TileResult StreamTile(const KernelArgs& a, const LogitT* row_logits, 
 #pragma unroll
     for (int i = 0; i < kTileValues; ++i) z[i] = ScaleLogit(z[i], rz.inv_temperature);
   }
-  TileResult r{kNegInf, 0, kNoId, 0, kNoId};
   if (check_finite) {
     // z * 0 is NaN exactly when z is infinite or NaN: one instruction an id,
     // and the lowest bad id is looked for only in a tile that has one.
@@ -833,7 +860,7 @@ __device__ TileResult StreamTile(const KernelArgs& a, const LogitT* row_logits, 
         if (!IsFinite(z[i])) bad = base + 128 * (i / 4) + (i % 4);
       }
     }
-    r.bad = WarpMin(bad);
+    r->bad = WarpMin(bad);
   }
   if (!full) {
 #pragma unroll
@@ -850,6 +877,43 @@ __device__ TileResult StreamTile(const KernelArgs& a, const LogitT* row_logits, 
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         if (!((word >> ((id + j) & 31)) & 1u)) z[4 * k + j] = kNegInf;
+      }
+    }
+  }
+}
+
+// One warp streams mass tile `tile` of the row: each lane loads its
+// kTileValues ids (all loads issued before any arithmetic), then the tile's
+// maximum and mass over the ids kept at `threshold` (kNegInf: every allowed
+// id). Lane l's value 4k + j is id tile * kMassTileIds + 128k + 4l + j, so a
+// lane's values run in id order. With `stashed` (the tile's groups in the
+// CTA's stash, written by the first pass) the tile's z come from there;
+// with `stash_to` the first pass writes them there.
+template <typename LogitT>
+__device__ TileResult StreamTile(const KernelArgs& a, const LogitT* row_logits, int32_t tile,
+                                 const RowZ& rz, float threshold, bool find_argmax,
+                                 bool count_allowed, bool check_finite,
+                                 const float4* stashed = nullptr, float4* stash_to = nullptr) {
+  const int32_t v_size = a.in.vocab_size;
+  const int32_t base = tile * kMassTileIds + 4 * Lane();
+  const bool full = (tile + 1) * kMassTileIds <= v_size;
+  float z[kTileValues];
+  TileResult r{kNegInf, 0, kNoId, 0, kNoId};
+  if (stashed != nullptr) {
+#pragma unroll
+    for (int k = 0; k < kTileGroups; ++k) {
+      const float4 f = stashed[32 * k + Lane()];
+      z[4 * k] = f.x;
+      z[4 * k + 1] = f.y;
+      z[4 * k + 2] = f.z;
+      z[4 * k + 3] = f.w;
+    }
+  } else {
+    LoadTileZ(a, row_logits, base, full, rz, check_finite, z, &r);
+    if (stash_to != nullptr) {
+#pragma unroll
+      for (int k = 0; k < kTileGroups; ++k) {
+        stash_to[32 * k + Lane()] = make_float4(z[4 * k], z[4 * k + 1], z[4 * k + 2], z[4 * k + 3]);
       }
     }
   }
@@ -901,6 +965,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) VerifySampleKernel(co
   uint32_t* const list_tile_key = reinterpret_cast<uint32_t*>(dynamic_smem + layout.list_tile_key);
   // [tiles_per_cta * kMassTileIds / 32]: the sparse draft's listed ids.
   uint32_t* const listed = reinterpret_cast<uint32_t*>(dynamic_smem + layout.listed);
+  // [tiles_per_cta * kMassTileIds / 4]: this CTA's z by group of four ids,
+  // when the launch keeps a stash (KernelArgs::stash) and the row selects on
+  // its slice (set with the row's sampling below); else null.
+  float4* stash = nullptr;
   __shared__ ExchangeSlots slots;
   __shared__ Broadcast b;
   __shared__ Scratch scratch;
@@ -994,6 +1062,12 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) VerifySampleKernel(co
         b.greedy = sampling.greedy;
         b.inv_temperature = sampling.inv_temperature;
         b.top_k = sampling.top_k;
+        // Only a filtered row's selections and kept masses pass over its
+        // slice often enough for the stash to pay (the residual's pass,
+        // bound by p's loads, and a sample's one tile gain nothing).
+        b.stash_row = a.stash && !sampling.greedy &&
+                      (sampling.top_k > 0 || verify_internal::TopP(in, b.info.request) < 1.0f ||
+                       verify_internal::MinP(in, b.info.request) > 0.0f);
         next_tile = 0;
         if (a.prefetch_probs && b.info.kind == RowKind::kVerify && !sampling.greedy && n >= 4) {
           // Row starts are 16-byte aligned (vector_probs), and so is c0.
@@ -1024,6 +1098,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) VerifySampleKernel(co
     }
     __syncthreads();
     rz = RowZ{b.inv_temperature, b.inv_temperature != 1.0f, b.mask};
+    if (b.stash_row) {
+      stash = reinterpret_cast<float4*>(
+          dynamic_smem + layout.StashOffset(a.tiles_per_cta, in.draft_probs == nullptr));
+    }
     const bool find_argmax = b.greedy;
     const bool count_allowed = !b.greedy && b.top_k > 0;
     if (Warp() == 0 && Lane() == 0) {
@@ -1053,8 +1131,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) VerifySampleKernel(co
       if (Lane() == 0) t = atomicAdd(&next_tile, 1);
       t = __shfl_sync(0xFFFFFFFFu, t, 0);
       if (t >= my_tiles) break;
-      const TileResult r = StreamTile(a, row_logits, first_tile + t, rz, kNegInf, find_argmax,
-                                      count_allowed, true);
+      const TileResult r =
+          StreamTile(a, row_logits, first_tile + t, rz, kNegInf, find_argmax, count_allowed, true,
+                     nullptr, stash != nullptr ? stash + t * (kMassTileIds / 4) : nullptr);
       if (Lane() == 0) records[t] = TileRecord{r.max, r.sum};
       if (MaxBeats(r.max, r.argmax, best, best_id)) {
         best = r.max;
@@ -1218,7 +1297,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) VerifySampleKernel(co
       unsigned long long local = 0;
       for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
         const TileResult r =
-            StreamTile(a, row_logits, first_tile + tile, rz, t, false, false, false);
+            StreamTile(a, row_logits, first_tile + tile, rz, t, false, false, false,
+                       stash != nullptr ? stash + tile * (kMassTileIds / 4) : nullptr);
         if (Lane() == 0) {
           const unsigned long long tile_mass = TileMassAtRowMax(r.sum, r.max, row_max);
           kept_tile_mass[tile] = tile_mass;
@@ -1275,7 +1355,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) VerifySampleKernel(co
       if (from_list) {
         for (int32_t i = tid; i < list_size; i += kThreads) add(list_z[i]);
       } else {
-        StreamSliceValues(a, row_logits, rz, first_tile, my_tiles,
+        StreamSliceValues(a, row_logits, stash, rz, first_tile, my_tiles,
                           [&](int32_t, int32_t id, float zi) {
                             if (id < v_size) add(zi);  // else past the vocabulary
                           });
@@ -1383,7 +1463,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) VerifySampleKernel(co
     auto build_list = [&](float t, int bucket, bool only_bucket) {
       if (tid == 0) list_size = 0;
       __syncthreads();
-      StreamSliceValues(a, row_logits, rz, first_tile, my_tiles,
+      StreamSliceValues(a, row_logits, stash, rz, first_tile, my_tiles,
                         [&](int32_t, int32_t id, float zi) {
                           const int zb = static_cast<int>(ValueBucket(zi, row_max));
                           const bool take = id < v_size && Kept(zi, t) &&
@@ -1457,7 +1537,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) VerifySampleKernel(co
       __syncthreads();
       const float end = static_cast<float>(offset + kFineBins);
       unsigned long long above = 0;  // ids nearer the maximum than `offset` (second level)
-      StreamSliceValues(a, row_logits, rz, first_tile, my_tiles,
+      StreamSliceValues(a, row_logits, stash, rz, first_tile, my_tiles,
                         [&](int32_t, int32_t, float zi) {  // zi: -inf past the vocabulary
                           if (!Kept(zi, t)) return;
                           if (open_ended) {
@@ -1608,7 +1688,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) VerifySampleKernel(co
         tile_sum += FixedExpNonPositive(FSub(zp, tile_max));
       };
       StreamSliceValues(
-          a, row_logits, rz, first_tile, my_tiles,
+          a, row_logits, stash, rz, first_tile, my_tiles,
           [&](int32_t tile) {
             tile_max = records[tile].max;
             tile_sum = 0;
@@ -1858,6 +1938,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) VerifySampleKernel(co
         float best_key = 0.0f;
         int32_t best_id = kNoId;
         if (b.race_id != kNoId && first_id < v_size) {
+          // From L2, not from the owning CTA's stash: every CTA of the
+          // cluster reading one CTA's shared memory at once was slower.
           const float4 z4 = LoadZGroup(a, row_logits, first_id, rz);
           const PhiloxBlock bits =
               PhiloxDraw(b.seed, b.position, 0, stream, static_cast<uint32_t>(first_id >> 2));
@@ -1933,12 +2015,20 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) VerifySampleKernel(co
         unsigned long long sum = 0;
         if constexpr (decltype(full)::value) {
           const int32_t i0 = t * kMassTileIds + 128 * k0 + 4 * Lane();  // local id of group 0
+          if (stash != nullptr) {
 #pragma unroll
-          for (int u = 0; u < kResidualBatch; ++u) {
-            z4[u] = LoadFourL2(row_logits + c0 + i0 + 128 * u);
-            p4[u] = __ldcs(reinterpret_cast<const float4*>(p_row + i0 + 128 * u));
+            for (int u = 0; u < kResidualBatch; ++u) {
+              z4[u] = stash[(i0 + 128 * u) / 4];
+              p4[u] = __ldcs(reinterpret_cast<const float4*>(p_row + i0 + 128 * u));
+            }
+          } else {
+#pragma unroll
+            for (int u = 0; u < kResidualBatch; ++u) {
+              z4[u] = LoadFourL2(row_logits + c0 + i0 + 128 * u);
+              p4[u] = __ldcs(reinterpret_cast<const float4*>(p_row + i0 + 128 * u));
+            }
+            FormZ(in, z4, c0 + i0, rz);
           }
-          FormZ(in, z4, c0 + i0, rz);
           // Every value's first use is this pass over the batch (the
           // largest z and any bad p), so all of its loads are in flight
           // before any math on them.
@@ -1977,8 +2067,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) VerifySampleKernel(co
 #pragma unroll
           for (int u = 0; u < kResidualBatch; ++u) {
             const int32_t i = t * kMassTileIds + 128 * (k0 + u) + 4 * Lane();  // local id
-            z4[u] = i < n ? LoadZGroup(a, row_logits, c0 + i, rz)
-                          : make_float4(kNegInf, kNegInf, kNegInf, kNegInf);
+            z4[u] = i >= n             ? make_float4(kNegInf, kNegInf, kNegInf, kNegInf)
+                    : stash != nullptr ? stash[i / 4]
+                                       : LoadZGroup(a, row_logits, c0 + i, rz);
             float pt[4];
 #pragma unroll
             for (int q = 0; q < 4; ++q) pt[q] = p_row != nullptr && i + q < n ? __ldcs(p_row + i + q) : 0.0f;
@@ -2209,7 +2300,9 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 template <typename Kernel>
 LaunchStatus PrepareBuild(Kernel kernel, DeviceInfo& device, int build, LaunchError* error) {
   if (device.attributes_set[build]) return LaunchStatus::kOk;
-  constexpr int64_t kMaxDynamicSmem = DynamicLayout(kMaxTilesPerCta).Bytes(kMaxTilesPerCta, true);
+  constexpr int64_t kMaxDynamicSmem =
+      std::max(DynamicLayout(kMaxTilesPerCta).Bytes(kMaxTilesPerCta, true),
+               DynamicLayout(kMaxStashTiles).BytesWithStash(kMaxStashTiles, true));
   VERDICT_LAUNCH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kMaxDynamicSmem)));
   VERDICT_LAUNCH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
@@ -2291,11 +2384,23 @@ LaunchStatus Launch(const KernelArgs& args_in, DeviceInfo& device, int dtype_ind
     attribute[0].val.clusterDim.y = 1;
     attribute[0].val.clusterDim.z = 1;
     // A step of at most one CTA per SM runs the small-step build where its
-    // cluster fits; either build computes the same values.
-    if (rows * splits <= device.sms &&
-        FitsCluster(small_step_kernel, device, small_build, splits, dynamic, config)) {
-      VERDICT_LAUNCH_CUDA(cudaLaunchKernelEx(&config, small_step_kernel, args));
-      return LaunchStatus::kOk;
+    // cluster fits, with a stash of its slices where they fit too; every
+    // build computes the same values.
+    if (rows * splits <= device.sms) {
+      if (tiles_per_cta <= kMaxStashTiles && !stash_disabled.load(std::memory_order_relaxed)) {
+        const int64_t stashed = DynamicLayout(tiles_per_cta).BytesWithStash(tiles_per_cta, sparse);
+        config.dynamicSmemBytes = static_cast<size_t>(stashed);
+        if (FitsCluster(small_step_kernel, device, small_build, splits, stashed, config)) {
+          args.stash = true;
+          VERDICT_LAUNCH_CUDA(cudaLaunchKernelEx(&config, small_step_kernel, args));
+          return LaunchStatus::kOk;
+        }
+        config.dynamicSmemBytes = static_cast<size_t>(dynamic);
+      }
+      if (FitsCluster(small_step_kernel, device, small_build, splits, dynamic, config)) {
+        VERDICT_LAUNCH_CUDA(cudaLaunchKernelEx(&config, small_step_kernel, args));
+        return LaunchStatus::kOk;
+      }
     }
     if (FitsCluster(kernel, device, build, splits, dynamic, config)) break;
     if (splits <= min_splits) {
@@ -2316,6 +2421,8 @@ namespace verify_internal {
 void SetTargetTilesPerCta(int32_t tiles) {
   target_tiles_override.store(tiles > 0 ? tiles : 0, std::memory_order_relaxed);
 }
+
+void SetSliceStash(bool enabled) { stash_disabled.store(!enabled, std::memory_order_relaxed); }
 
 LaunchStatus LaunchVerifySample(const VerifyInputs& in, VerifyOutputs* out, void* cuda_stream,
                                 uint64_t* step_error_key, std::string* message) {
@@ -2362,6 +2469,7 @@ LaunchStatus LaunchVerifySample(const VerifyInputs& in, VerifyOutputs* out, void
                       reinterpret_cast<uintptr_t>(in.draft_probs) % 16 == 0;
   args.splits = 1;
   args.prefetch_probs = false;
+  args.stash = false;
   args.tiles_per_cta = 1;
   const cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   const LaunchStatus status = bf16 ? Launch<uint16_t>(args, *device, 1, stream, &error)

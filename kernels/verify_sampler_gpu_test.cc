@@ -22,6 +22,7 @@
 #include "kernels/philox.h"
 #include "kernels/verify_sampler.h"
 #include "kernels/verify_sampler_internal.h"
+#include "kernels/verify_sampler_launch.h"
 #include "kernels/verify_step.h"
 #include "kernels/verify_step_device.h"
 
@@ -346,6 +347,32 @@ double DecisionMargin(HostVerifyStep& step, int32_t row) {
 
 // ---------------------------------------------------------------- parity
 
+// Two launches of one step give the same bytes in every output.
+void ExpectSameOutputs(const HostVerifyOutputs& a, const HostVerifyOutputs& b) {
+  EXPECT_EQ(a.row_to_req, b.row_to_req);
+  EXPECT_EQ(a.local_step, b.local_step);
+  EXPECT_EQ(a.is_verify, b.is_verify);
+  EXPECT_EQ(a.raw_accept, b.raw_accept);
+  EXPECT_EQ(a.accept, b.accept);
+  EXPECT_EQ(a.is_final, b.is_final);
+  EXPECT_EQ(a.verified_token_ids, b.verified_token_ids);
+  EXPECT_EQ(a.candidate_token_ids, b.candidate_token_ids);
+  EXPECT_EQ(a.token_logprobs.size(), b.token_logprobs.size());
+  EXPECT_EQ(std::memcmp(a.token_logprobs.data(), b.token_logprobs.data(),
+                        sizeof(float) * std::min(a.token_logprobs.size(), b.token_logprobs.size())),
+            0);
+  EXPECT_EQ(a.last_valid_offset, b.last_valid_offset);
+  EXPECT_EQ(a.sampled_token_ids, b.sampled_token_ids);
+  EXPECT_EQ(a.emitted_stop_token, b.emitted_stop_token);
+  EXPECT_EQ(a.num_generated_tokens, b.num_generated_tokens);
+  EXPECT_EQ(a.num_verified_tokens, b.num_verified_tokens);
+  EXPECT_EQ(a.next_draft_confidences, b.next_draft_confidences);
+  EXPECT_EQ(std::memcmp(&a.error, &b.error, sizeof(a.error)), 0);
+}
+
+// The step on the GPU against the CPU twin; and launched again without the
+// small steps' stash of z (verify_internal::SetSliceStash), which must give
+// the same bytes (a step too large for the stash gives them trivially).
 void ExpectStepParity(HostVerifyStep& step, const std::string& name) {
   SCOPED_TRACE(name);
   const int32_t stride = 3;
@@ -353,6 +380,14 @@ void ExpectStepParity(HostVerifyStep& step, const std::string& name) {
   ASSERT_TRUE(cpu.status.ok()) << cpu.status;
   const RunResult gpu = RunOnGpu(step, stride);
   ASSERT_TRUE(gpu.status.ok()) << gpu.status;
+  verify_internal::SetSliceStash(false);
+  const RunResult unstashed = RunOnGpu(step, stride);
+  verify_internal::SetSliceStash(true);
+  ASSERT_TRUE(unstashed.status.ok()) << unstashed.status;
+  {
+    SCOPED_TRACE("without the stash");
+    ExpectSameOutputs(unstashed.out, gpu.out);
+  }
   const VerifyInputs in = step.Inputs();
 
   std::vector<bool> request_clean(in.num_requests, true);
@@ -434,6 +469,23 @@ TEST(VerifySamplerGpuTest, ParityOnRandomSteps) {
   // more than 29 below the row maximum (the kernel skips those).
   ExpectParity({.name = "spread logits", .vocab = 32000, .requests = 12, .features = false,
                 .logit_sigma = 30.0f, .salt = 11});
+  // Steps of at most one CTA per SM (the small-step build, whose CTAs keep
+  // their slices of z in shared memory when they fit).
+  for (uint64_t salt = 31; salt < 39; ++salt) {
+    ExpectParity({.name = absl::StrCat("small step ", salt), .vocab = 151936, .requests = 1,
+                  .salt = salt});
+    ExpectParity({.name = absl::StrCat("small step, 2 requests ", salt), .vocab = 128256,
+                  .requests = 2, .nextn = 3, .salt = salt});
+    ExpectParity({.name = absl::StrCat("small step, 32000 ", salt), .vocab = 32000,
+                  .requests = 2, .nextn = 2, .salt = salt});
+  }
+  ExpectParity({.name = "small step, sparse", .vocab = 151936, .requests = 1, .sparse = true,
+                .salt = 40});
+  ExpectParity({.name = "small step, bfloat16", .vocab = 151936, .requests = 1, .bf16 = true,
+                .salt = 41});
+  ExpectParity({.name = "small step, odd vocab", .vocab = 100003, .requests = 1, .salt = 42});
+  ExpectParity({.name = "small step, spread logits", .vocab = 151936, .requests = 1,
+                .features = false, .logit_sigma = 30.0f, .salt = 43});
 }
 
 // Top-p's kept set on rows of every shape the selection meets: spread
@@ -490,6 +542,9 @@ TEST(VerifySamplerGpuTest, TopPKeptSetsOnRowsOfEveryShape) {
       HostVerifyStep step(vocab, SamplerConfig{.nextn = 1});
       std::mt19937_64 gen(1000 + vocab + f);
       for (size_t s = 0; s < shapes.size(); ++s) {
+        // The shape's rows also alone: a step of 8 rows takes at most one
+        // CTA per SM (the small-step build, with its stash of z).
+        HostVerifyStep small_step(vocab, SamplerConfig{.nextn = 1});
         std::vector<float> row(vocab);
         for (int32_t id = 0; id < vocab; ++id) row[id] = shapes[s].logit(gen, id);
         VerifyRequest r;
@@ -510,6 +565,7 @@ TEST(VerifySamplerGpuTest, TopPKeptSetsOnRowsOfEveryShape) {
           r.seed = gen();
           r.position = static_cast<int64_t>(gen() % 100000);
           step.Add(r);
+          small_step.Add(r);
         }
         // Golden rows at the ids ranked around the kept set's size, found
         // in double precision (ties ranked by id).
@@ -538,8 +594,11 @@ TEST(VerifySamplerGpuTest, TopPKeptSetsOnRowsOfEveryShape) {
           r.golden_token_ids = {ranked[at]};
           r.seed = gen();
           step.Add(r);
+          small_step.Add(r);
         }
         r.golden_token_ids.clear();
+        ExpectStepParity(small_step,
+                         absl::StrCat("V ", vocab, ", ", filters[f].name, ", ", shapes[s].name));
       }
       ExpectStepParity(step, absl::StrCat("V ", vocab, ", ", filters[f].name));
     }

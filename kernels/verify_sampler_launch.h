@@ -31,6 +31,12 @@ LaunchStatus LaunchVerifySample(const VerifyInputs& in, VerifyOutputs* out, void
 // verify_sampler_benchmark --tiles_per_cta sweeps it.
 void SetTargetTilesPerCta(int32_t tiles);
 
+// Whether small steps keep their slices of z in shared memory for the passes
+// after the first (the default; KernelArgs::stash in verify_sampler.cu).
+// Both ways give the same outputs. Process-wide; for the GPU parity tests
+// (which check both) and verify_sampler_benchmark --compare_stash.
+void SetSliceStash(bool enabled);
+
 }  // namespace verify_internal
 }  // namespace verdict
 

@@ -14,6 +14,9 @@
 // the same numbers as JSON (--json_out) for kernels/bench/verify_sample_peers.py.
 // --tiles_per_cta times every size again at other splits of a row over a
 // cluster (the JSON's "tiles_sweep"), for tuning the launcher's default.
+// --compare_stash times every size twice in a row, with and without the
+// small steps' stash of z in shared memory (SetSliceStash; a step that
+// keeps none runs the same launch twice).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -57,6 +60,9 @@ ABSL_FLAG(float, min_p, 0.0f, "every request's min-p (0 = off)");
 ABSL_FLAG(std::string, tiles_per_cta, "",
           "comma-separated mass tiles a CTA aims for, each timed after the default "
           "(kernels/verify_sampler_launch.h: SetTargetTilesPerCta); empty: the default only");
+ABSL_FLAG(bool, compare_stash, false,
+          "time every size with and then without the small steps' stash of z "
+          "(kernels/verify_sampler_launch.h: SetSliceStash)");
 
 namespace verdict {
 namespace {
@@ -274,31 +280,40 @@ int Main() {
     std::printf("%s\n", tiles_per_cta > 0
                             ? ("tiles per CTA: " + std::to_string(tiles_per_cta)).c_str()
                             : "tiles per CTA: the launcher's default");
-    std::printf("%7s %5s %6s %9s %9s %9s %8s %7s\n", "vocab", "reqs", "rows", "rejected",
-                "us", "us_graph", "GB/s", "%copy");
+    std::printf("%7s %5s %6s %9s %9s %9s %8s %7s %5s\n", "vocab", "reqs", "rows", "rejected",
+                "us", "us_graph", "GB/s", "%copy", "stash");
     nlohmann::json results = nlohmann::json::array();
+    const std::vector<bool> stash_settings =
+        absl::GetFlag(FLAGS_compare_stash) ? std::vector<bool>{true, false}
+                                            : std::vector<bool>{true};
     for (const int vocab : ParseSizeList(absl::GetFlag(FLAGS_vocab_sizes), 1)) {
       for (const int requests : ParseSizeList(absl::GetFlag(FLAGS_requests), 0)) {
-        const Result r = RunCase(vocab, requests, absl::GetFlag(FLAGS_nextn), stream, copy_gbps);
-        const double best = r.us_graph > 0 ? std::min(r.us_graph, r.us_stream) : r.us_stream;
-        const double gbps = r.bytes_min / (best * 1e-6) / 1e9;
-        std::printf("%7d %5d %6d %9d %9.1f %9.1f %8.0f %6.1f%%\n", r.vocab, r.requests, r.rows,
-                    r.rejected_rows, r.us_stream, r.us_graph, gbps, 100.0 * gbps / copy_gbps);
-        std::fflush(stdout);
-        results.push_back({{"vocab", r.vocab},
-                           {"requests", r.requests},
-                           {"rows", r.rows},
-                           {"verify_rows", r.verify_rows},
-                           {"rejected_rows", r.rejected_rows},
-                           {"residual_rows", r.residual_rows},
-                           {"us_stream", r.us_stream},
-                           {"us_graph", r.us_graph},
-                           {"us", best},
-                           {"bytes_min", r.bytes_min},
-                           {"bytes_all_inputs", r.bytes_all},
-                           {"gbps", gbps},
-                           {"fraction_of_copy", gbps / copy_gbps},
-                           {"tiles_per_cta", tiles_per_cta}});
+        for (const bool stash : stash_settings) {
+          verify_internal::SetSliceStash(stash);
+          const Result r = RunCase(vocab, requests, absl::GetFlag(FLAGS_nextn), stream, copy_gbps);
+          verify_internal::SetSliceStash(true);
+          const double best = r.us_graph > 0 ? std::min(r.us_graph, r.us_stream) : r.us_stream;
+          const double gbps = r.bytes_min / (best * 1e-6) / 1e9;
+          std::printf("%7d %5d %6d %9d %9.1f %9.1f %8.0f %6.1f%% %5s\n", r.vocab, r.requests,
+                      r.rows, r.rejected_rows, r.us_stream, r.us_graph, gbps,
+                      100.0 * gbps / copy_gbps, stash ? "on" : "off");
+          std::fflush(stdout);
+          results.push_back({{"vocab", r.vocab},
+                             {"stash", stash},
+                             {"requests", r.requests},
+                             {"rows", r.rows},
+                             {"verify_rows", r.verify_rows},
+                             {"rejected_rows", r.rejected_rows},
+                             {"residual_rows", r.residual_rows},
+                             {"us_stream", r.us_stream},
+                             {"us_graph", r.us_graph},
+                             {"us", best},
+                             {"bytes_min", r.bytes_min},
+                             {"bytes_all_inputs", r.bytes_all},
+                             {"gbps", gbps},
+                             {"fraction_of_copy", gbps / copy_gbps},
+                             {"tiles_per_cta", tiles_per_cta}});
+        }
       }
     }
     verify_internal::SetTargetTilesPerCta(0);
