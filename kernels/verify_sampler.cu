@@ -751,6 +751,13 @@ __device__ __forceinline__ void FormZ(const VerifyInputs& in, float4 (&z4)[kCoun
   }
 }
 
+// The groups of the CTA's local tile t in its stash (KernelArgs::stash),
+// kMassTileIds / 4 of them in id order; null without a stash.
+template <typename Float4>  // float4 or const float4
+__device__ __forceinline__ Float4* StashTile(Float4* stash, int32_t t) {
+  return stash != nullptr ? stash + t * (kMassTileIds / 4) : nullptr;
+}
+
 // Streams a CTA's slice of `tiles` mass tiles from `first_tile`, a tile per
 // warp: each lane loads its kTileGroups groups before visiting any of its
 // values (the loads in flight together, as in StreamTile; from the CTA's
@@ -771,7 +778,7 @@ __device__ __forceinline__ void StreamSliceValues(const KernelArgs& a, const Log
     float4 z4[kTileGroups];
     if (stash != nullptr) {
 #pragma unroll
-      for (int k = 0; k < kTileGroups; ++k) z4[k] = stash[tile * (kMassTileIds / 4) + 32 * k + Lane()];
+      for (int k = 0; k < kTileGroups; ++k) z4[k] = StashTile(stash, tile)[32 * k + Lane()];
     } else if ((first_tile + tile + 1) * kMassTileIds <= a.in.vocab_size) {
       // Every load of the tile issued before the first is used (LoadZGroup's
       // branches for the row's last tile would make each wait for the one
@@ -1133,7 +1140,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) VerifySampleKernel(co
       if (t >= my_tiles) break;
       const TileResult r =
           StreamTile(a, row_logits, first_tile + t, rz, kNegInf, find_argmax, count_allowed, true,
-                     nullptr, stash != nullptr ? stash + t * (kMassTileIds / 4) : nullptr);
+                     nullptr, StashTile(stash, t));
       if (Lane() == 0) records[t] = TileRecord{r.max, r.sum};
       if (MaxBeats(r.max, r.argmax, best, best_id)) {
         best = r.max;
@@ -1298,7 +1305,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) VerifySampleKernel(co
       for (int32_t tile = Warp(); tile < my_tiles; tile += kWarps) {
         const TileResult r =
             StreamTile(a, row_logits, first_tile + tile, rz, t, false, false, false,
-                       stash != nullptr ? stash + tile * (kMassTileIds / 4) : nullptr);
+                       StashTile(stash, tile));
         if (Lane() == 0) {
           const unsigned long long tile_mass = TileMassAtRowMax(r.sum, r.max, row_max);
           kept_tile_mass[tile] = tile_mass;
