@@ -190,6 +190,86 @@ class ComparisonTest(unittest.TestCase):
                         os.path.join(folder, "static-tp1.json")], check=True)
 
 
+class RepeatsTest(unittest.TestCase):
+    def test_rounds_alternate_their_order(self):
+        base = sweep.configurations(args("--modes", "static,compact"), None)
+        runs = sweep.interleaved_runs(base, 3)
+        self.assertEqual([r.name for r in runs], [
+            "static-tp1-r1", "compact-tp1-r1", "spec-off-tp1-r1",
+            "spec-off-tp1-r2", "compact-tp1-r2", "static-tp1-r2",
+            "static-tp1-r3", "compact-tp1-r3", "spec-off-tp1-r3"])
+        self.assertEqual([r.repeat for r in runs[:4]], [1, 1, 1, 2])
+        self.assertEqual(runs[4].flags, ["--verify-mode=compact"])
+        self.assertEqual(runs[4].mode, "compact")
+        # One round runs the configurations themselves, names unchanged.
+        self.assertEqual([r.name for r in sweep.interleaved_runs(base, 1)],
+                         ["static-tp1", "compact-tp1", "spec-off-tp1"])
+
+    def runs(self):
+        runs = sweep.interleaved_runs(
+            sweep.configurations(args("--modes", "static,compact"), None), 3)
+        rates = {  # the runs in run order: static, compact, off; off, compact, static; ...
+            "static-tp1-r1": {1: 300, 64: 9000}, "compact-tp1-r1": {1: 310, 64: 9900},
+            "spec-off-tp1-r1": {1: 160, 64: 8800}, "spec-off-tp1-r2": {1: 170, 64: 8600},
+            "compact-tp1-r2": {1: 305, 64: 9800}, "static-tp1-r2": {1: 290, 64: 9100},
+            "static-tp1-r3": {1: 320, 64: 8900}, "compact-tp1-r3": {1: 290},
+            "spec-off-tp1-r3": {1: 165, 64: 8700}}
+        for r in runs:
+            accept = None if r.mode == sweep.BASELINE else 3.0 + r.repeat / 10
+            r.report = report(r.name, rates[r.name], accept)
+            r.ok, r.status, r.server_exit = True, "ok", 0
+        return runs
+
+    def test_table_gives_the_median_and_the_range(self):
+        text = sweep.comparison_markdown(args("--modes", "static,compact", "--repeats", "3"),
+                                         self.runs())
+        self.assertIn("ran 3 times in interleaved rounds", text)
+        self.assertIn("Decode tok/s, the median of 3 repeats (lowest-highest):", text)
+        self.assertIn("| concurrency | static | compact | change | speculation off | change |",
+                      text)
+        # Medians 300 / 305 / 165; the change is median against median.
+        self.assertIn("| 1 | 300 (290-320) | 305 (290-310) | +1.7% | 165 (160-170) | -45.0% |",
+                      text)
+        # A point one repeat lacks: the median of the two that have it.
+        self.assertIn("| 64 | 9000 (8900-9100) | 9850 (9800-9900) | +9.4% | "
+                      "8700 (8600-8800) | -3.3% |", text)
+        self.assertIn("| 1 | 270 (261-288) | 274 (261-279) | +1.7% |", text)
+        self.assertIn("| 1 | 3.20 / 6.00, 12.5 / 1.25 | 3.20 / 6.00, 12.5 / 1.25 | "
+                      "- / -, 12.5 / 1.25 |", text)
+        # Every run keeps its own row.
+        self.assertIn("| compact-tp1-r2 | `--verify-mode=compact` | 8 |", text)
+        doc = sweep.comparison_json(self.runs())
+        self.assertEqual([c["repeat"] for c in doc["configurations"]],
+                         [1, 1, 1, 2, 2, 2, 3, 3, 3])
+
+    def test_chart_of_repeats(self):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            self.skipTest("matplotlib is not installed")
+        folder = tempfile.mkdtemp(dir=TMP)
+        runs = self.runs()
+        for r in runs:
+            with open(os.path.join(folder, f"{r.name}.json"), "w") as f:
+                json.dump(r.report, f)
+        with open(os.path.join(folder, "comparison.json"), "w") as f:
+            json.dump(sweep.comparison_json(runs), f)
+        spec = importlib.util.spec_from_file_location("plot", PLOT_PY)
+        plot = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(plot)
+        (title, series), = plot.load_series([os.path.join(folder, "comparison.json")])
+        self.assertEqual(title, "TP1")
+        self.assertEqual([(name, len(reports)) for name, reports in series],
+                         [("static", 3), ("compact", 3), ("spec-off", 3)])
+        xs, mids, (below, above) = plot.line_of(series[1][1], "decode_tokens_per_s")
+        self.assertEqual((xs, mids, below, above), ([1, 64], [305, 9850], [15, 50], [5, 50]))
+        chart = os.path.join(folder, "chart.png")
+        subprocess.run([sys.executable, PLOT_PY, "--out", chart,
+                        os.path.join(folder, "comparison.json")], check=True)
+        with open(chart, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+
 class ChildrenTest(unittest.TestCase):
     def test_finds_a_child(self):
         child = subprocess.Popen(["sleep", "5"])

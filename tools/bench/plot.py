@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Charts `verdict bench` results as a PNG: decode tok/s and acceptance length
-against concurrency, one line per configuration.
+against concurrency, one line per configuration (the median of a sweep's
+repeats, with bars to the lowest and highest).
 
     plot.py --out chart.png comparison.json          # a sweep.py folder
     plot.py --out chart.png static.json compact.json # bench reports
@@ -18,7 +19,8 @@ import sys
 
 
 def load_series(paths):
-    """[(panel title, [(name, report)])] in the order given."""
+    """[(panel title, [(name, [reports])])] in the order given; the reports
+    of one name are a sweep's repeats of one configuration."""
     panels = {}
     for path in paths:
         with open(path) as f:
@@ -31,11 +33,33 @@ def load_series(paths):
                 with open(os.path.join(folder, c["report"])) as f:
                     report = json.load(f)
                 title = f"TP{c['tp']}" + (f", overlap {c['overlap']}" if c.get("overlap") else "")
-                panels.setdefault(title, []).append((c["mode"], report))
+                panels.setdefault(title, {}).setdefault(c["mode"], []).append(report)
         else:
             name = doc.get("label") or os.path.splitext(os.path.basename(path))[0]
-            panels.setdefault("", []).append((name, doc))
-    return list(panels.items())
+            panels.setdefault("", {}).setdefault(name, []).append(doc)
+    return [(title, list(series.items())) for title, series in panels.items()]
+
+
+def median(values):
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def line_of(reports, key):
+    """(concurrencies, medians, [below, above]) of `key` over the reports:
+    the median at each concurrency and how far the lowest and highest
+    repeat lie from it (zero without repeats)."""
+    by_concurrency = {}
+    for report in reports:
+        for p in report["points"]:
+            if p.get(key) is not None:
+                by_concurrency.setdefault(p["concurrency"], []).append(p[key])
+    xs = sorted(by_concurrency)
+    mids = [median(by_concurrency[x]) for x in xs]
+    below = [m - min(by_concurrency[x]) for x, m in zip(xs, mids)]
+    above = [max(by_concurrency[x]) - m for x, m in zip(xs, mids)]
+    return xs, mids, [below, above]
 
 
 def main(argv=None):
@@ -60,17 +84,15 @@ def main(argv=None):
                              sharex="col")
     for column, (title, series) in enumerate(panels):
         top, bottom = axes[0][column], axes[1][column]
-        for index, (name, report) in enumerate(series):
+        for index, (name, reports) in enumerate(series):
             # One colour per configuration in both panels, also where a
-            # configuration (speculation off) has no acceptance length.
-            style = {"marker": "o", "label": name, "color": f"C{index % 10}"}
-            points = sorted(report["points"], key=lambda p: p["concurrency"])
-            xs = [p["concurrency"] for p in points]
-            top.plot(xs, [p["decode_tokens_per_s"] for p in points], **style)
-            acceptance = [(p["concurrency"], p["acceptance_length"]) for p in points
-                          if p.get("acceptance_length") is not None]
-            if acceptance:
-                bottom.plot(*zip(*acceptance), **style)
+            # configuration (speculation off) has no acceptance length; the
+            # median of its repeats, with bars to the lowest and highest.
+            style = {"marker": "o", "label": name, "color": f"C{index % 10}", "capsize": 3}
+            for ax, key in ((top, "decode_tokens_per_s"), (bottom, "acceptance_length")):
+                xs, mids, spread = line_of(reports, key)
+                if xs:
+                    ax.errorbar(xs, mids, yerr=spread, **style)
         top.set_title(title or "verdict bench")
         top.set_ylabel("decode tok/s")
         bottom.set_ylabel("acceptance length")
@@ -79,7 +101,8 @@ def main(argv=None):
             ax.set_xscale("log", base=2)
             ax.grid(True, alpha=0.3)
         top.legend()
-        all_x = sorted({p["concurrency"] for _, r in series for p in r["points"]})
+        all_x = sorted({p["concurrency"] for _, reports in series for r in reports
+                        for p in r["points"]})
         bottom.set_xticks(all_x)
         bottom.set_xticklabels([str(x) for x in all_x])
     fig.tight_layout()

@@ -44,7 +44,7 @@ BASELINE_FLAGS = ["--speculation=off"]
 
 
 def log(message):
-    print(f"sweep: {message}", file=sys.stderr, flush=True)
+    print(f"sweep: {time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
 
 def comma_list(text):
@@ -111,12 +111,13 @@ def children(pid):
 
 
 class Configuration:
-    def __init__(self, name, mode, tp, overlap, flags):
+    def __init__(self, name, mode, tp, overlap, flags, repeat=None):
         self.name = name          # file names and table rows
         self.mode = mode          # the column of the comparison table
         self.tp = tp
         self.overlap = overlap    # "on", "off" or None
         self.flags = flags        # verdict serve flags of this configuration
+        self.repeat = repeat      # 1, 2, ... under --repeats, else None
         self.ok = False
         self.status = "not run"
         self.server_exit = None
@@ -144,6 +145,21 @@ def configurations(args, overlap_flag):
                 extra = overlap_args(overlap_flag, overlap) if overlap else []
                 out.append(Configuration(name, mode, tp, overlap, flags + extra))
     return out
+
+
+def interleaved_runs(configs, repeats):
+    """The runs of `repeats` rounds, each round every configuration once,
+    odd rounds in the order given and even rounds reversed, so that a drift
+    of the machine over the sweep (clocks, heat, a neighbour) falls on every
+    configuration alike instead of on the last ones. Each run is named
+    NAME-rK; with one round the configurations run as given."""
+    if repeats <= 1:
+        return list(configs)
+    runs = []
+    for r in range(1, repeats + 1):
+        for c in (configs if r % 2 else reversed(configs)):
+            runs.append(Configuration(f"{c.name}-r{r}", c.mode, c.tp, c.overlap, c.flags, r))
+    return runs
 
 
 class Server:
@@ -355,24 +371,62 @@ def points_by_concurrency(config):
     return {p["concurrency"]: p for p in config.report["points"]}
 
 
-def rate_table(members, base, concurrencies, key):
-    """One row a concurrency, one column a configuration, each beside its
-    change against static at the same TP."""
-    header = ["concurrency"]
+def columns_of(members):
+    """mode -> [its runs], in the order the modes first ran (one run a mode
+    without --repeats)."""
+    columns = {}
     for c in members:
-        header.append(column_name(c))
-        if base is not None and c is not base:
+        columns.setdefault(c.mode, []).append(c)
+    return columns
+
+
+def median(values):
+    values = sorted(values)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def values_at(runs, conc, key):
+    """The runs' values of `key` at concurrency `conc`, where they have one."""
+    values = []
+    for run in runs:
+        value = points_by_concurrency(run).get(conc, {}).get(key)
+        if value is not None:
+            values.append(value)
+    return values
+
+
+def with_spread(values, decimals):
+    """The median, and after it the lowest and highest where runs repeat:
+    "5948 (5878-6016)"."""
+    if len(values) <= 1:
+        return fmt(values[0] if values else None, decimals)
+    return (f"{fmt(median(values), decimals)} "
+            f"({fmt(min(values), decimals)}-{fmt(max(values), decimals)})")
+
+
+def rate_table(members, base_mode, concurrencies, key):
+    """One row a concurrency, one column a configuration (the median of its
+    repeats with their range), each beside its change against static at the
+    same TP."""
+    columns = columns_of(members)
+    header = ["concurrency"]
+    for mode, runs in columns.items():
+        header.append(column_name(runs[0]))
+        if base_mode is not None and mode != base_mode:
             header.append("change")
     lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
-    base_points = points_by_concurrency(base) if base else {}
     for conc in concurrencies:
         row = [str(conc)]
-        base_value = base_points.get(conc, {}).get(key)
-        for c in members:
-            value = points_by_concurrency(c).get(conc, {}).get(key)
-            row.append(fmt(value, 0))
-            if base is not None and c is not base:
-                row.append(change(value, base_value))
+        base_value = (median(values_at(columns[base_mode], conc, key))
+                      if base_mode is not None else None)
+        for mode, runs in columns.items():
+            values = values_at(runs, conc, key)
+            row.append(with_spread(values, 0))
+            if base_mode is not None and mode != base_mode:
+                row.append(change(median(values), base_value))
         lines.append("| " + " | ".join(row) + " |")
     return lines
 
@@ -389,30 +443,39 @@ def comparison_markdown(args, configs):
         f"wall time) does not. Change is against static at the same TP.")
     if args.server_args:
         lines.append(f"Server flags of every run: `{args.server_args}`.")
+    spread_note = ""
+    if args.repeats > 1:
+        spread_note = f", the median of {args.repeats} repeats (lowest-highest)"
+        lines.append(f"Each configuration ran {args.repeats} times in interleaved rounds (odd "
+                     f"rounds in the order of the runs table, even rounds reversed).")
     lines.append("")
     for (tp, overlap), members in groups_of(configs).items():
         title = f"## TP{tp}" + (f", overlap {overlap}" if overlap else "")
-        base = next((c for c in members if c.mode == "static"), None)
+        columns = columns_of(members)
+        base_mode = "static" if "static" in columns else None
         concurrencies = sorted({k for c in members for k in points_by_concurrency(c)})
-        lines += [title, "", "Decode tok/s:", ""]
-        lines += rate_table(members, base, concurrencies, "decode_tokens_per_s")
-        lines += ["", "Output tok/s (the point's output tokens over its wall time):", ""]
-        lines += rate_table(members, base, concurrencies, "output_tokens_per_s")
+        lines += [title, "", "Decode tok/s" + spread_note + ":", ""]
+        lines += rate_table(members, base_mode, concurrencies, "decode_tokens_per_s")
+        lines += ["", "Output tok/s (the point's output tokens over its wall time)" +
+                  spread_note + ":", ""]
+        lines += rate_table(members, base_mode, concurrencies, "output_tokens_per_s")
         lines += ["", "Acceptance length / verify tokens per request and step, "
-                  "TTFT p50 / ITL p50 (ms):", ""]
-        header = ["concurrency"] + [column_name(c) for c in members]
+                  "TTFT p50 / ITL p50 (ms)" + (", medians of the repeats" if spread_note else "")
+                  + ":", ""]
+        header = ["concurrency"] + [column_name(runs[0]) for runs in columns.values()]
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "---:|" * len(header))
         for conc in concurrencies:
             row = [str(conc)]
-            for c in members:
-                p = points_by_concurrency(c).get(conc)
-                if p is None:
+            for runs in columns.values():
+                if not any(conc in points_by_concurrency(r) for r in runs):
                     row.append("-")
                     continue
-                row.append(f"{fmt(p['acceptance_length'], 2)} / "
-                           f"{fmt(p['verify_tokens_per_step'], 2)}, "
-                           f"{fmt(p['ttft_p50_ms'], 1)} / {fmt(p['itl_p50_ms'], 2)}")
+                at = {key: median(values_at(runs, conc, key)) for key in
+                      ("acceptance_length", "verify_tokens_per_step", "ttft_p50_ms", "itl_p50_ms")}
+                row.append(f"{fmt(at['acceptance_length'], 2)} / "
+                           f"{fmt(at['verify_tokens_per_step'], 2)}, "
+                           f"{fmt(at['ttft_p50_ms'], 1)} / {fmt(at['itl_p50_ms'], 2)}")
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     lines += ["## Runs", "",
@@ -442,10 +505,17 @@ def comparison_json(configs):
         "version": 1,
         "configurations": [{
             "name": c.name, "mode": c.mode, "tp": c.tp, "overlap": c.overlap,
-            "flags": c.flags, "ok": c.ok, "status": c.status, "server_exit": c.server_exit,
+            "repeat": c.repeat, "flags": c.flags, "ok": c.ok, "status": c.status, "server_exit": c.server_exit,
             "report": f"{c.name}.json" if c.report else None, "server_counters": c.counters,
         } for c in configs],
     }
+
+
+def write_comparison(args, configs, md_path):
+    with open(md_path, "w") as f:
+        f.write(comparison_markdown(args, configs))
+    with open(os.path.join(args.out, "comparison.json"), "w") as f:
+        json.dump(comparison_json(configs), f, indent=1)
 
 
 def build_parser():
@@ -468,6 +538,9 @@ def build_parser():
                              "has an overlap flag")
     parser.add_argument("--server-args", default="", help="flags for every verdict serve")
     parser.add_argument("--concurrency", default="1,4,8,16,32,64,128,512")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run every configuration this many times, in interleaved "
+                             "rounds; the tables give the median and the range")
     parser.add_argument("--num-requests", type=int, default=0,
                         help="requests per point (0: verdict bench's default)")
     parser.add_argument("--max-tokens", type=int, default=128)
@@ -489,6 +562,8 @@ def main(argv=None):
         parser.error(f"{args.mpirun} not found; TP > 1 runs under mpirun")
     if args.config and any("=" not in c for c in args.config):
         parser.error("--config takes NAME=FLAGS")
+    if args.repeats < 1:
+        parser.error("--repeats takes a count of at least 1")
     os.makedirs(args.out, exist_ok=True)
 
     overlap_flag = None
@@ -497,16 +572,14 @@ def main(argv=None):
         if overlap_flag is None:
             log("verdict serve has no overlap flag (`verdict --help` lists none); "
                 "--overlap is ignored")
-    configs = configurations(args, overlap_flag)
-    log(f"{len(configs)} configurations: {', '.join(c.name for c in configs)}")
+    configs = interleaved_runs(configurations(args, overlap_flag), args.repeats)
+    log(f"{len(configs)} runs: {', '.join(c.name for c in configs)}")
+    md_path = os.path.join(args.out, "comparison.md")
     for config in configs:
         run_configuration(args, config)
-
-    md_path = os.path.join(args.out, "comparison.md")
-    with open(md_path, "w") as f:
-        f.write(comparison_markdown(args, configs))
-    with open(os.path.join(args.out, "comparison.json"), "w") as f:
-        json.dump(comparison_json(configs), f, indent=1)
+        # After every run, so that a sweep stopped part way (a time limit,
+        # a lost machine) keeps the tables of the runs it finished.
+        write_comparison(args, configs, md_path)
     if args.plot and any(c.report for c in configs):
         plot = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plot.py")
         subprocess.run([sys.executable, plot, "--out",

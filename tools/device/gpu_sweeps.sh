@@ -10,7 +10,8 @@
 #   8b-1b-0.6    simulated acceptance 0.8 or 0.6, every mode + speculation off
 # Environment: TP (default 1), OVERLAP (default "off,on"), CONCURRENCY
 # (default 1,4,16,64), MAX_TOKENS (default 256), MODES (default all three),
-# BASELINE=0 (leave out speculation off), TEMPERATURE (default 0),
+# BASELINE=0 (leave out speculation off), TEMPERATURE (default 0), REPEATS
+# (default 1: interleaved rounds of every configuration, see sweep.py),
 # EXTRA_SERVER_ARGS (e.g. a cost table), CONFIGS (flag sets to compare
 # instead of MODES, ';'-separated NAME=FLAGS, e.g.
 # "nccl=--verify-mode=static;one-shot=--verify-mode=static --one-shot-all-reduce=on").
@@ -45,6 +46,6 @@ fi
 python3 tools/bench/sweep.py --verdict "$bundle/bin/runtime/cli/verdict" "${configs[@]}" \
   --tp "${TP:-1}" --overlap "${OVERLAP:-off,on}" --modes "${MODES:-static,cap-accept,compact}" \
   --concurrency "$concurrency" --max-tokens "${MAX_TOKENS:-256}" \
-  --temperature "${TEMPERATURE:-0}" --server-args "$server_args ${EXTRA_SERVER_ARGS:-}" --no-plot \
+  --temperature "${TEMPERATURE:-0}" --repeats "${REPEATS:-1}" --server-args "$server_args ${EXTRA_SERVER_ARGS:-}" --no-plot \
   $([[ "${BASELINE:-1}" == 0 ]] && echo --no-baseline) \
   --out "$out"
