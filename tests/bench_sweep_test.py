@@ -236,11 +236,27 @@ class RepeatsTest(unittest.TestCase):
         self.assertIn("| 1 | 270 (261-288) | 274 (261-279) | +1.7% |", text)
         self.assertIn("| 1 | 3.20 / 6.00, 12.5 / 1.25 | 3.20 / 6.00, 12.5 / 1.25 | "
                       "- / -, 12.5 / 1.25 |", text)
+        # No reference asked for, no such table.
+        self.assertNotIn("against the best of the others", text)
         # Every run keeps its own row.
         self.assertIn("| compact-tp1-r2 | `--verify-mode=compact` | 8 |", text)
         doc = sweep.comparison_json(self.runs())
         self.assertEqual([c["repeat"] for c in doc["configurations"]],
                          [1, 1, 1, 2, 2, 2, 3, 3, 3])
+
+    def test_reference_against_the_best_of_the_others(self):
+        text = sweep.comparison_markdown(
+            args("--modes", "static,compact", "--repeats", "3", "--reference", "compact"),
+            self.runs())
+        table = text[text.index("compact against the best of the others (medians):"):]
+        # c1: compact 305 against static's 300; c64: 9850 against 9000.
+        self.assertIn("| 1 | 101.7% | static | 101.7% | static |", table)
+        self.assertIn("| 64 | 109.4% | static | 109.4% | static |", table)
+        text = sweep.comparison_markdown(
+            args("--modes", "static,compact", "--repeats", "3", "--reference", "static"),
+            self.runs())
+        table = text[text.index("static against the best of the others (medians):"):]
+        self.assertIn("| 1 | 98.4% | compact |", table)
 
     def test_chart_of_repeats(self):
         try:

@@ -431,6 +431,27 @@ def rate_table(members, base_mode, concurrencies, key):
     return lines
 
 
+def reference_table(columns, reference, concurrencies):
+    """The reference configuration's median against the best median of the
+    others at each concurrency, decode and output tok/s, naming the best."""
+    lines = ["| concurrency | decode tok/s | best other | output tok/s | best other |",
+             "|---:|---:|---|---:|---|"]
+    for conc in concurrencies:
+        row = [str(conc)]
+        for key in ("decode_tokens_per_s", "output_tokens_per_s"):
+            mine = median(values_at(columns[reference], conc, key))
+            others = [(median(values_at(runs, conc, key)), mode)
+                      for mode, runs in columns.items() if mode != reference]
+            others = [(value, mode) for value, mode in others if value is not None]
+            if mine is None or not others:
+                row += ["-", "-"]
+                continue
+            best, best_mode = max(others)
+            row += [f"{100 * mine / best:.1f}%", column_name(columns[best_mode][0])]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
 def comparison_markdown(args, configs):
     lines = ["# verdict sweep", ""]
     lines.append(
@@ -459,6 +480,9 @@ def comparison_markdown(args, configs):
         lines += ["", "Output tok/s (the point's output tokens over its wall time)" +
                   spread_note + ":", ""]
         lines += rate_table(members, base_mode, concurrencies, "output_tokens_per_s")
+        if args.reference in columns:
+            lines += ["", f"{args.reference} against the best of the others (medians):", ""]
+            lines += reference_table(columns, args.reference, concurrencies)
         lines += ["", "Acceptance length / verify tokens per request and step, "
                   "TTFT p50 / ITL p50 (ms)" + (", medians of the repeats" if spread_note else "")
                   + ":", ""]
@@ -541,6 +565,9 @@ def build_parser():
     parser.add_argument("--repeats", type=int, default=1,
                         help="run every configuration this many times, in interleaved "
                              "rounds; the tables give the median and the range")
+    parser.add_argument("--reference", default="",
+                        help="a configuration (mode or --config name) to set against the best "
+                             "of the others at each concurrency")
     parser.add_argument("--num-requests", type=int, default=0,
                         help="requests per point (0: verdict bench's default)")
     parser.add_argument("--max-tokens", type=int, default=128)
