@@ -15,6 +15,7 @@ the script says so and exits 0, so a sweep still finishes its tables.
 import argparse
 import json
 import os
+import statistics
 import sys
 
 
@@ -40,12 +41,6 @@ def load_series(paths):
     return [(title, list(series.items())) for title, series in panels.items()]
 
 
-def median(values):
-    values = sorted(values)
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-
-
 def line_of(reports, key):
     """(concurrencies, medians, [below, above]) of `key` over the reports:
     the median at each concurrency and how far the lowest and highest
@@ -56,7 +51,7 @@ def line_of(reports, key):
             if p.get(key) is not None:
                 by_concurrency.setdefault(p["concurrency"], []).append(p[key])
     xs = sorted(by_concurrency)
-    mids = [median(by_concurrency[x]) for x in xs]
+    mids = [statistics.median(by_concurrency[x]) for x in xs]
     below = [m - min(by_concurrency[x]) for x, m in zip(xs, mids)]
     above = [max(by_concurrency[x]) - m for x, m in zip(xs, mids)]
     return xs, mids, [below, above]
