@@ -11,12 +11,14 @@
 #include <ctime>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <thread>
 #include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "comm/mpi_session.h"
 #include "monitoring/metrics.h"
@@ -61,6 +63,10 @@ ABSL_FLAG(int, max_connections_per_client, 256,
 ABSL_FLAG(std::string, step_log, "",
           "serve: write a JSON line per decode step (batch, plans, measured and predicted "
           "seconds) to this file; empty: off");
+ABSL_FLAG(double, step_timeout, 60,
+          "serve: seconds one iteration of the engine's loop (a step's plans, its passes on the "
+          "device, its commit) may run before the engine counts as stalled: /health answers 503 "
+          "and every rank exits with the step it stalled at; 0: never");
 ABSL_FLAG(int, http_threads, 0,
           "serve: HTTP connections served at once (each streaming client holds one); 0: one "
           "per request the engine can hold (--max-running-requests + --max-waiting-requests) "
@@ -108,6 +114,45 @@ class StopSignalWatcher {
   const sigset_t signals_;
   const std::function<void()> on_drain_;
   const std::function<void(pid_t)> on_launcher_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;  // last: starts once the rest is set
+};
+
+// Ends the process when one iteration of the engine's loop runs longer than
+// `timeout`. A kernel that never ends, or a wait that no collective's
+// deadline covers, would otherwise hold every request while /health went
+// on answering 200. Checks every 100 ms on a thread of its own; `on_stall`
+// does not return. A zero timeout watches nothing.
+class StepWatchdog {
+ public:
+  StepWatchdog(const Engine& engine, absl::Duration timeout,
+               std::function<void(const absl::Status&)> on_stall)
+      : engine_(engine), timeout_(timeout), on_stall_(std::move(on_stall)) {
+    if (timeout_ > absl::ZeroDuration()) thread_ = std::thread([this] { Watch(); });
+  }
+  StepWatchdog(const StepWatchdog&) = delete;
+  StepWatchdog& operator=(const StepWatchdog&) = delete;
+  ~StepWatchdog() {
+    done_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Watch() {
+    while (!done_.load()) {
+      absl::SleepFor(absl::Milliseconds(100));
+      const std::optional<absl::Duration> running = engine_.StepRunningFor(absl::Now());
+      if (!running.has_value() || *running <= timeout_) continue;
+      on_stall_(absl::DeadlineExceededError(absl::StrFormat(
+          "an iteration of the engine's loop has run for %.1f s, longer than --step-timeout "
+          "(%.1f s): the device or a rank stopped making progress",
+          absl::ToDoubleSeconds(*running), absl::ToDoubleSeconds(timeout_))));
+    }
+  }
+
+  const Engine& engine_;
+  const absl::Duration timeout_;
+  const std::function<void(const absl::Status&)> on_stall_;
   std::atomic<bool> done_{false};
   std::thread thread_;  // last: starts once the rest is set
 };
@@ -363,6 +408,17 @@ int RunServeCommand(absl::Span<char* const> positional) {
                exposer ? absl::StrCat(", metrics on port ", absl::GetFlag(FLAGS_metrics_port))
                              .c_str()
                        : "");
+
+  // From here to the end, through a drain too: a stalled step ends every
+  // rank with the error (the loop thread cannot be joined; it is stuck).
+  StepWatchdog watchdog(
+      engine, absl::Seconds(absl::GetFlag(FLAGS_step_timeout)), [&](const absl::Status& error) {
+        engine_dead.store(true);  // /health: 503 from now on
+        metrics.SetRanksUp(0);
+        ReportDeadEngine(engine, error);
+        server.Abandon(error, kDeadEngineGrace);
+        rt->comm->Abort(error);
+      });
 
   // From here to the end, through a drain too: the launcher's SIGTERM ends
   // every stream with the error at once, since the engine (waiting on a

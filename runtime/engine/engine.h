@@ -306,6 +306,17 @@ class Engine : public GenerationService {
 
   // False once the loop has stopped on an error (/ready then says 503).
   bool ready() const { return !loop_failed_.load(); }
+
+  // How long the loop's current iteration of work (admission, the step's
+  // plans, its passes on the device, its commit) has been running at `now`;
+  // nullopt while the loop is idle between iterations. Safe from any
+  // thread. A step that never ends (a device or a collective that stopped
+  // answering) holds every request; serve watches this to end the process.
+  std::optional<absl::Duration> StepRunningFor(absl::Time now) const {
+    const int64_t started = step_started_unix_ns_.load(std::memory_order_relaxed);
+    if (started == 0) return std::nullopt;
+    return now - absl::FromUnixNanos(started);
+  }
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->world_size(); }  // the TP degree
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -476,6 +487,7 @@ class Engine : public GenerationService {
   std::atomic<bool> drain_requested_local_{false};
   std::atomic<bool> drain_requested_any_{false};
   std::atomic<bool> loop_failed_{false};
+  std::atomic<int64_t> step_started_unix_ns_{0};  // 0: between iterations
   Model target_model_;
   std::optional<Model> draft_model_;
   ModelRunner* target_ = nullptr;

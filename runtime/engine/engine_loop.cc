@@ -2,6 +2,7 @@
 // the step's plan, and running it (one step at a time, or overlapped with
 // the executor's worker thread).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <utility>
 
@@ -11,6 +12,23 @@
 #include "runtime/engine/engine_request.h"
 
 namespace verdict {
+namespace {
+
+// Marks the loop's work for Engine::StepRunningFor while it is in scope.
+class StepMark {
+ public:
+  explicit StepMark(std::atomic<int64_t>& started_unix_ns) : started_(started_unix_ns) {
+    started_.store(absl::ToUnixNanos(absl::Now()), std::memory_order_relaxed);
+  }
+  ~StepMark() { started_.store(0, std::memory_order_relaxed); }
+  StepMark(const StepMark&) = delete;
+  StepMark& operator=(const StepMark&) = delete;
+
+ private:
+  std::atomic<int64_t>& started_;
+};
+
+}  // namespace
 
 absl::Status Engine::Run() {
   // An error ends the loop for good. Every request still held (running,
@@ -60,12 +78,15 @@ absl::Status Engine::Run() {
     if (shutdown) {
       // The steps still in flight name finished requests only: their
       // commit drops the tokens and keeps the counters and metrics whole.
-      while (!steps_in_flight_.empty()) {
-        absl::StatusOr<StepOutcome> outcome = executor_->Await();
-        PlannedStep step = std::move(steps_in_flight_.front());
-        steps_in_flight_.pop_front();
-        absl::Status s = outcome.ok() ? CommitStep(step, *outcome) : outcome.status();
-        if (!s.ok()) return fail(s);
+      {
+        const StepMark mark(step_started_unix_ns_);
+        while (!steps_in_flight_.empty()) {
+          absl::StatusOr<StepOutcome> outcome = executor_->Await();
+          PlannedStep step = std::move(steps_in_flight_.front());
+          steps_in_flight_.pop_front();
+          absl::Status s = outcome.ok() ? CommitStep(step, *outcome) : outcome.status();
+          if (!s.ok()) return fail(s);
+        }
       }
       DrainSteps();
       while (!running_.empty()) Finish(*running_.front(), FinishReason::kCancelled);
@@ -73,12 +94,15 @@ absl::Status Engine::Run() {
       delivery_.FlushAndWait();
       return absl::OkStatus();
     }
-    Admit();
     absl::Status step = absl::OkStatus();
-    if (options_.overlap) {
-      step = StepOverlapped();
-    } else if (!running_.empty()) {
-      step = Step();
+    {
+      const StepMark mark(step_started_unix_ns_);
+      Admit();
+      if (options_.overlap) {
+        step = StepOverlapped();
+      } else if (!running_.empty()) {
+        step = Step();
+      }
     }
     // A failed step leaves the batch in an unknown state: fail its requests.
     if (!step.ok()) return fail(step);
