@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A step that runs past --step-timeout ends the server instead of hanging it.
 
-Starts `verdict serve` on the bundled model with a step timeout of one
+A timeout that is not a number of seconds is refused at start. Then starts
+`verdict serve` on the bundled model with a step timeout of one
 millisecond, which every real step exceeds while none of the idle loop's
 iterations does. Checks that the idle server stays healthy; then that a
 streamed completion ends with an error event naming the timeout and
@@ -26,13 +27,23 @@ VERDICT = os.path.abspath(sys.argv[1])
 EXIT_WITHIN = 15  # seconds: detection (100 ms polls), the handlers' grace (2 s), the exit
 
 
+def check_bad_values(failures):
+    """A timeout that is not a number of seconds stops serve before it starts."""
+    for value in ("-1", "nan"):
+        bad = subprocess.run([VERDICT, "serve", f"--step-timeout={value}"],
+                             capture_output=True, text=True, timeout=60)
+        if bad.returncode != 2 or "--step-timeout takes seconds" not in bad.stderr:
+            failures.append(f"--step-timeout={value}: exit {bad.returncode}, {bad.stderr!r:.300}")
+
+
 def main():
+    failures = []
+    check_bad_values(failures)
     port = free_port()
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     proc = subprocess.Popen([VERDICT, "serve", f"--port={port}", "--cpu-threads=1",
                              "--step-timeout=0.001"],
                             stdout=log, stderr=subprocess.STDOUT)
-    failures = []
     try:
         deadline = time.time() + 90
         while health(port) != 200:

@@ -241,6 +241,14 @@ int RunServeCommand(absl::Span<char* const> positional) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  const double step_timeout_seconds = absl::GetFlag(FLAGS_step_timeout);
+  if (!(step_timeout_seconds >= 0) || step_timeout_seconds > 1e9) {
+    std::fprintf(stderr,
+                 "verdict serve: --step-timeout takes seconds (0: never), not %g\n",
+                 step_timeout_seconds);
+    return 2;
+  }
+
   // The chat template is checked before the engine starts, on every rank, so
   // that a template verdict cannot execute stops the job at once.
   const std::string model_dir = TargetModelDirFromFlags();
@@ -412,7 +420,7 @@ int RunServeCommand(absl::Span<char* const> positional) {
   // From here to the end, through a drain too: a stalled step ends every
   // rank with the error (the loop thread cannot be joined; it is stuck).
   StepWatchdog watchdog(
-      engine, absl::Seconds(absl::GetFlag(FLAGS_step_timeout)), [&](const absl::Status& error) {
+      engine, absl::Seconds(step_timeout_seconds), [&](const absl::Status& error) {
         engine_dead.store(true);  // /health: 503 from now on
         metrics.SetRanksUp(0);
         ReportDeadEngine(engine, error);
