@@ -2,12 +2,15 @@
 """A step that runs past --step-timeout ends the server instead of hanging it.
 
 A timeout that is not a number of seconds is refused at start. Then starts
-`verdict serve` on the bundled model with a step timeout of one
-millisecond, which every real step exceeds while none of the idle loop's
-iterations does. Checks that the idle server stays healthy; then that a
-streamed completion ends with an error event naming the timeout and
-[DONE], that the server logs the stall, that /health stops answering 200,
-and that the process exits non-zero within seconds.
+`verdict serve` on the bundled model with a step timeout of 100 ms: a step
+that reads a prompt of about 750 tokens on one CPU thread takes over a
+second, while an idle loop's iterations (admission and an empty step, the
+wait for work not counted) take microseconds, so neither a missed stall nor
+a false one hangs on the machine's speed. Checks that the idle server stays
+healthy; then that a streamed completion with that prompt ends with an
+error event naming the timeout and [DONE], that the server logs the stall,
+that /health stops answering 200, and that the process exits non-zero
+within seconds.
 
     serve_step_timeout_test.py VERDICT
 """
@@ -42,7 +45,7 @@ def main():
     port = free_port()
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     proc = subprocess.Popen([VERDICT, "serve", f"--port={port}", "--cpu-threads=1",
-                             "--step-timeout=0.001"],
+                             "--step-timeout=0.1"],
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 90
@@ -58,8 +61,8 @@ def main():
                 break
 
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        body = {"prompt": "It was the best of times", "max_tokens": 400, "stream": True,
-                "ignore_eos": True}
+        body = {"prompt": "It was the best of times, it was the worst of times, " * 50,
+                "max_tokens": 100, "stream": True, "ignore_eos": True}
         sent = time.time()
         conn.request("POST", "/v1/completions", json.dumps(body),
                      {"Content-Type": "application/json"})
