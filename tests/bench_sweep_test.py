@@ -61,6 +61,18 @@ def report(label, rates, acceptance=None):
         for c, r in rates.items()]}
 
 
+def write_sweep_folder(configs):
+    """A new folder holding each configuration's report and the sweep's
+    comparison.json, as sweep.py leaves them."""
+    folder = tempfile.mkdtemp(dir=TMP)
+    for c in configs:
+        with open(os.path.join(folder, f"{c.name}.json"), "w") as f:
+            json.dump(c.report, f)
+    with open(os.path.join(folder, "comparison.json"), "w") as f:
+        json.dump(sweep.comparison_json(configs), f)
+    return folder
+
+
 class OverlapFlagTest(unittest.TestCase):
     def test_no_overlap_flag(self):
         # A flag that only mentions overlap in its help text is not one.
@@ -173,13 +185,7 @@ class ComparisonTest(unittest.TestCase):
             import matplotlib  # noqa: F401
         except ImportError:
             self.skipTest("matplotlib is not installed")
-        folder = tempfile.mkdtemp(dir=TMP)
-        configs = self.configs()
-        for c in configs:
-            with open(os.path.join(folder, f"{c.name}.json"), "w") as f:
-                json.dump(c.report, f)
-        with open(os.path.join(folder, "comparison.json"), "w") as f:
-            json.dump(sweep.comparison_json(configs), f)
+        folder = write_sweep_folder(self.configs())
         chart = os.path.join(folder, "chart.png")
         subprocess.run([sys.executable, PLOT_PY, "--out", chart,
                         os.path.join(folder, "comparison.json")], check=True)
@@ -263,13 +269,7 @@ class RepeatsTest(unittest.TestCase):
             import matplotlib  # noqa: F401
         except ImportError:
             self.skipTest("matplotlib is not installed")
-        folder = tempfile.mkdtemp(dir=TMP)
-        runs = self.runs()
-        for r in runs:
-            with open(os.path.join(folder, f"{r.name}.json"), "w") as f:
-                json.dump(r.report, f)
-        with open(os.path.join(folder, "comparison.json"), "w") as f:
-            json.dump(sweep.comparison_json(runs), f)
+        folder = write_sweep_folder(self.runs())
         spec = importlib.util.spec_from_file_location("plot", PLOT_PY)
         plot = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(plot)

@@ -35,6 +35,7 @@ import tempfile
 import time
 
 from local_mpi import local_mpi_env
+from server_probe import free_port, wait_healthy
 
 GREEDY_PROMPTS = ["It is a truth universally acknowledged", "Call me Ishmael.",
                   "In the beginning God created"]
@@ -58,12 +59,6 @@ def start_tp2(binary, launch, port, log):
                              "--cpu-threads=1", "--drain-seconds=10"],
                             stdout=log, stderr=subprocess.STDOUT, env=env)
     return proc, env["TMPDIR"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def metrics(port):
@@ -213,21 +208,6 @@ def check_tokenizer_endpoints(port, binary, model_dir, log_path):
     return failures
 
 
-def wait_healthy(port, proc, seconds=60):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited early with {proc.returncode}")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/health")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError("server did not become healthy")
-
-
 def listening_sockets(pid):
     """{(address, port)} of the TCP sockets `pid` listens on (IPv4 and IPv6)."""
     inodes = set()
@@ -274,7 +254,7 @@ def main():
         stdout=log, stderr=subprocess.STDOUT)
     failures = 0
     try:
-        wait_healthy(port, proc)
+        wait_healthy(port, proc, seconds=60)
         before = metrics(metrics_port)
 
         # 0. A single-process server listens on its HTTP and metrics ports

@@ -22,7 +22,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_probe import free_port, health  # noqa: E402
+from server_probe import free_port, health, wait_healthy  # noqa: E402
 
 VERDICT = os.path.abspath(sys.argv[1])
 SEED = 20261202
@@ -95,11 +95,7 @@ def main():
                             stdout=log, stderr=subprocess.STDOUT)
     failures = []
     try:
-        deadline = time.time() + 90
-        while health(port) != 200:
-            if proc.poll() is not None or time.time() > deadline:
-                raise AssertionError(f"server did not start (exit {proc.poll()})")
-            time.sleep(0.2)
+        wait_healthy(port, proc)
 
         ordinary = [None] * ORDINARY_REQUESTS
 

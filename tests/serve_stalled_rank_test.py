@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from local_mpi import local_mpi_env  # noqa: E402
-from server_probe import free_port, health  # noqa: E402
+from server_probe import free_port, health, wait_healthy  # noqa: E402
 
 VERDICT, LAUNCH = sys.argv[1], sys.argv[2]
 SIGNAL = "STOP"
@@ -96,11 +96,7 @@ def main():
                             stdout=log, stderr=subprocess.STDOUT, env=env)
     stopped = None
     try:
-        deadline = time.time() + 90
-        while health(port) != 200:
-            if proc.poll() is not None or time.time() > deadline:
-                raise AssertionError(f"server did not start (exit {proc.poll()})")
-            time.sleep(0.2)
+        wait_healthy(port, proc)
         ranks = rank_pids(proc.pid)
         if set(ranks) != {0, 1}:
             raise AssertionError(f"expected ranks 0 and 1 under launch.sh {proc.pid}, got {ranks}")

@@ -24,7 +24,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_probe import free_port, health  # noqa: E402
+from server_probe import free_port, health, wait_healthy  # noqa: E402
 
 VERDICT = os.path.abspath(sys.argv[1])
 EXIT_WITHIN = 15  # seconds: detection (100 ms polls), the handlers' grace (2 s), the exit
@@ -48,11 +48,7 @@ def main():
                              "--step-timeout=0.1"],
                             stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.time() + 90
-        while health(port) != 200:
-            if proc.poll() is not None or time.time() > deadline:
-                raise AssertionError(f"server did not start (exit {proc.poll()})")
-            time.sleep(0.2)
+        wait_healthy(port, proc)
         # Idle, the loop waits between iterations: nothing to time out.
         for _ in range(10):
             time.sleep(0.1)

@@ -1,7 +1,9 @@
-"""Small helpers the end-to-end tests share: a free port, and /health."""
+"""Small helpers the end-to-end tests share: a free port, /health, and the
+wait for a server to start."""
 
 import http.client
 import socket
+import time
 
 
 def free_port():
@@ -18,3 +20,13 @@ def health(port):
         return conn.getresponse().status
     except OSError:
         return None
+
+
+def wait_healthy(port, proc, seconds=90):
+    """Waits until /health answers 200; raises AssertionError when the
+    server process `proc` exits first or `seconds` pass."""
+    deadline = time.time() + seconds
+    while health(port) != 200:
+        if proc.poll() is not None or time.time() > deadline:
+            raise AssertionError(f"server did not start (exit {proc.poll()})")
+        time.sleep(0.2)
