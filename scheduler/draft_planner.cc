@@ -1,11 +1,11 @@
 #include "scheduler/draft_planner.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
-#include <iterator>
-#include <utility>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "scheduler/determinism.h"
@@ -46,6 +46,56 @@ uint64_t DraftPlanHash(const DraftPlan& plan) {
   h.AddDouble(plan.predicted_step_seconds);
   h.AddDouble(plan.predicted_committed_tokens);
   return h.digest();
+}
+
+void SortBySurvival(std::vector<DraftCandidate>* candidates,
+                    std::vector<DraftCandidate>* scratch) {
+  const auto before = [](const DraftCandidate& a, const DraftCandidate& b) {
+    if (a.survival != b.survival) return a.survival > b.survival;
+    if (a.position != b.position) return a.position < b.position;
+    return a.request < b.request;
+  };
+  const size_t n = candidates->size();
+  if (n < 256) {
+    // The same total order as the radix sort below gives.
+    std::sort(candidates->begin(), candidates->end(), before);
+    return;
+  }
+  // A stable LSD radix sort on the survivals' top 33 bits (sign, exponent
+  // and 21 bits of mantissa), 11 bits a round: they are positive, so their
+  // bits order as their values do (complemented: down). A round whose digit
+  // is the same for every candidate is skipped. Candidates that share those
+  // bits are then next to each other; the planner lists them in (position,
+  // request) order, so a run is in order unless its lower bits disagree,
+  // and such runs (few: the top bits resolve 2^-21 of a value) are sorted
+  // whole.
+  constexpr int kDigitBits = 11;
+  constexpr int kLowBits = 64 - 3 * kDigitBits;
+  const auto key = [](const DraftCandidate& c) { return ~std::bit_cast<uint64_t>(c.survival); };
+  scratch->resize(n);
+  for (int shift = kLowBits; shift < 64; shift += kDigitBits) {
+    std::array<uint32_t, 1 << kDigitBits> count{};
+    const auto digit = [&](const DraftCandidate& c) {
+      return (key(c) >> shift) & (count.size() - 1);
+    };
+    for (const DraftCandidate& c : *candidates) ++count[digit(c)];
+    if (std::find(count.begin(), count.end(), n) != count.end()) continue;
+    uint32_t start = 0;
+    for (uint32_t& c : count) start += std::exchange(c, start);
+    for (const DraftCandidate& c : *candidates) (*scratch)[count[digit(c)]++] = c;
+    candidates->swap(*scratch);
+  }
+  std::vector<DraftCandidate>& v = *candidates;
+  const auto high = [&](const DraftCandidate& c) { return key(c) >> kLowBits; };
+  for (size_t first = 0; first < n;) {
+    size_t last = first + 1;
+    while (last < n && high(v[last]) == high(v[first])) ++last;
+    const auto run = v.begin();
+    if (last - first > 1 && !std::is_sorted(run + first, run + last, before)) {
+      std::stable_sort(run + first, run + last, before);
+    }
+    first = last;
+  }
 }
 
 absl::StatusOr<DraftPlanner> DraftPlanner::Create(DraftPlannerOptions options,
@@ -103,38 +153,6 @@ void DraftPlanner::Finish(int64_t batch, absl::Span<const double> confidences,
   }
 }
 
-void DraftPlanner::SortBySurvival() {
-  const size_t n = candidates_.size();
-  if (n < 256) {
-    // The same total order as the radix sort below gives.
-    std::sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
-      if (a.survival != b.survival) return a.survival > b.survival;
-      if (a.position != b.position) return a.position < b.position;
-      return a.request < b.request;
-    });
-    return;
-  }
-  // A stable LSD radix sort on the survivals' bits, a byte a round: they are
-  // positive, so their bits order as their values do (complemented: down).
-  // A round whose byte is the same for every candidate is skipped, which
-  // leaves most of the exponent's rounds out. About twice as fast as the
-  // comparison sort on the thousands of candidates of a large batch.
-  sort_scratch_.resize(n);
-  for (int shift = 0; shift < 64; shift += 8) {
-    size_t count[256] = {};
-    for (const Candidate& c : candidates_) {
-      ++count[(~std::bit_cast<uint64_t>(c.survival) >> shift) & 0xff];
-    }
-    if (std::find(std::begin(count), std::end(count), n) != std::end(count)) continue;
-    size_t start = 0;
-    for (size_t& c : count) start += std::exchange(c, start);
-    for (const Candidate& c : candidates_) {
-      sort_scratch_[count[(~std::bit_cast<uint64_t>(c.survival) >> shift) & 0xff]++] = c;
-    }
-    candidates_.swap(sort_scratch_);
-  }
-}
-
 void DraftPlanner::PlanByObjective(const DraftPlannerInput& input, int64_t batch,
                                    bool first_drafts_forced, DraftPlan* plan) {
   const int gamma = options_.gamma;
@@ -154,18 +172,18 @@ void DraftPlanner::PlanByObjective(const DraftPlannerInput& input, int64_t batch
       if (survival_[i] < options_.min_survival) survival_[i] = 0;
     }
   }
-  SortBySurvival();
+  SortBySurvival(&candidates_, &sort_scratch_);
   // Forced first drafts go before every other candidate, in their order:
   // the plans compared are then all of them plus the surest k of the rest
   // (still a prefix per request, each first draft ahead of its own).
   int64_t min_k = 0;
   if (first_drafts_forced) {
     sort_scratch_.clear();
-    for (const Candidate& c : candidates_) {
+    for (const DraftCandidate& c : candidates_) {
       if (c.position == 0) sort_scratch_.push_back(c);
     }
     min_k = static_cast<int64_t>(sort_scratch_.size());
-    for (const Candidate& c : candidates_) {
+    for (const DraftCandidate& c : candidates_) {
       if (c.position != 0) sort_scratch_.push_back(c);
     }
     candidates_.swap(sort_scratch_);
@@ -188,13 +206,17 @@ void DraftPlanner::PlanByObjective(const DraftPlannerInput& input, int64_t batch
   curve_.Sweep(b, max_k + 1, [this](int64_t k, double s) { verify_seconds_[k] = s; });
   const double table_phase = table.PredictDraftPhase(b, table.draft_passes());
   const bool catch_up = !input.catch_up_tokens.empty();
-  // The plain step, unless first drafts are forced.
-  double best = min_k == 0 ? b / table.StepFromPhases(verify_seconds_[0], table_phase, 0.0)
-                           : -std::numeric_limits<double>::infinity();
+  // Objectives are compared as gain / step seconds without dividing: a
+  // step's price is positive (StepFromPhases: at least kMinStepSeconds), so
+  // gain / step > best_gain / best_step exactly when gain * best_step >
+  // best_gain * step. The plain step is the first plan, unless first drafts
+  // are forced.
+  double best_gain = min_k == 0 ? b : -1.0;
+  double best_step = min_k == 0 ? table.StepFromPhases(verify_seconds_[0], table_phase, 0.0) : 1.0;
   int best_limit = 0;
   int64_t best_k = 0;
   int max_position = 0;
-  for (const Candidate& c : candidates_) max_position = std::max(max_position, c.position + 1);
+  for (const DraftCandidate& c : candidates_) max_position = std::max(max_position, c.position + 1);
   first_by_drafters_.assign(batch + 1, 0.0);
   for (int limit = 1; limit <= max_position; ++limit) {
     rows_per_pass_.assign(limit, 0);
@@ -202,40 +224,40 @@ void DraftPlanner::PlanByObjective(const DraftPlannerInput& input, int64_t batch
     int64_t k = 0;
     int64_t extra = 0;  // catch-up tokens of the requests drafting so far
     double first = 0;   // the first pass: it changes with a first draft only
-    for (const Candidate& c : candidates_) {
+    double later = 0;   // the later passes, each at its rows
+    for (const DraftCandidate& c : candidates_) {
       if (c.position >= limit) continue;
       gain += c.survival;
       ++k;
-      ++rows_per_pass_[c.position];
+      const int64_t rows = ++rows_per_pass_[c.position];
       if (c.position == 0) {
         // A request's first draft comes first among its own (its survival
         // is its largest), and brings the request's catch-up. First
         // drafts join in the same order under every limit, so the first
         // pass's price after n of them is priced once, under limit 1.
-        const int64_t n = rows_per_pass_[0];
         if (limit == 1) {
           if (catch_up) extra += input.catch_up_tokens[c.request];
-          first_by_drafters_[n] =
-              extra == 0 ? first_pass_seconds_[n]
-                         : table.PredictDraftPassAt(static_cast<double>(n + extra), true);
+          first_by_drafters_[rows] =
+              extra == 0 ? first_pass_seconds_[rows]
+                         : table.PredictDraftPassAt(static_cast<double>(rows + extra), true);
         }
-        first = first_by_drafters_[n];
+        first = first_by_drafters_[rows];
+      } else {
+        // A later pass gains a row (a pass of no rows costs 0).
+        later += later_pass_seconds_[rows] - later_pass_seconds_[rows - 1];
       }
       if (k < min_k) continue;  // a plan holds every forced first draft
-      // Summed as PredictDraftPhaseAt does (a pass of no rows adds 0), so
-      // the plan's price is the one Finish reports.
-      double phase = first;
-      for (int p = 1; p < limit; ++p) phase += later_pass_seconds_[rows_per_pass_[p]];
-      const double objective = gain / table.StepFromPhases(verify_seconds_[k], table_phase, phase);
-      if (objective > best) {
-        best = objective;
+      const double step = table.StepFromPhases(verify_seconds_[k], table_phase, first + later);
+      if (gain * best_step > best_gain * step) {
+        best_gain = gain;
+        best_step = step;
         best_limit = limit;
         best_k = k;
       }
     }
   }
   int64_t taken = 0;
-  for (const Candidate& c : candidates_) {
+  for (const DraftCandidate& c : candidates_) {
     if (taken == best_k) break;
     if (c.position >= best_limit) continue;
     plan->depths[c.request] = std::max(plan->depths[c.request], c.position + 1);

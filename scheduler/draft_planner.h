@@ -111,6 +111,20 @@ struct DraftPlan {
 
 uint64_t DraftPlanHash(const DraftPlan& plan);
 
+// A draft the planner may plan: request's draft at position (0-based), with
+// the product of the request's confidences up to it.
+struct DraftCandidate {
+  double survival;
+  int32_t request;
+  int32_t position;
+};
+
+// Orders candidates (survivals >= 0, no two of one request and position) by
+// survival down, then position and request up: the total order every rank
+// ranks drafts by. `scratch` is the sort's buffer, kept by the caller from
+// step to step.
+void SortBySurvival(std::vector<DraftCandidate>* candidates, std::vector<DraftCandidate>* scratch);
+
 // One per rank, from the scheduling thread (Plan reuses its buffers).
 class DraftPlanner {
  public:
@@ -131,17 +145,9 @@ class DraftPlanner {
   std::optional<int> pinned_depth() const { return pinned_depth_; }
 
  private:
-  struct Candidate {
-    double survival;
-    int32_t request;
-    int32_t position;
-  };
-
   DraftPlanner(DraftPlannerOptions options, std::optional<CostTable> cost_table)
       : options_(options), cost_table_(std::move(cost_table)) {}
 
-  // Orders candidates_ by survival, down, keeping the order of equals.
-  void SortBySurvival();
   // The depths of the best (limit, k) plan (see the decision above), into
   // plan->depths, which holds batch zeros on entry. With first drafts
   // forced, every request whose cap is at least 1 drafts one token and
@@ -155,8 +161,8 @@ class DraftPlanner {
   std::optional<CostTable> cost_table_;
   std::optional<int> pinned_depth_;
   std::vector<int32_t> caps_;
-  std::vector<Candidate> candidates_;
-  std::vector<Candidate> sort_scratch_;
+  std::vector<DraftCandidate> candidates_;
+  std::vector<DraftCandidate> sort_scratch_;
   std::vector<double> survival_;  // by request, while listing the candidates
   std::vector<int32_t> depth_scratch_;
   std::vector<int64_t> rows_per_pass_;

@@ -1,6 +1,7 @@
 #include "scheduler/draft_planner.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -198,6 +199,55 @@ TEST(DraftPlannerTest, MatchesBruteForceOverDepths) {
   EXPECT_GT(planned_none, 0);
   EXPECT_GT(planned_partial, 0);
   EXPECT_GT(planned_mixed, 0);
+}
+
+// The sort of large batches (by the survivals' bits) against a comparison
+// sort on the same total order: survivals that are equal, survivals that
+// differ only below the bits its rounds look at (a few units in the last
+// place), and spread ones, listed in any order.
+TEST(DraftPlannerTest, SortBySurvivalIsTheTotalOrder) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const auto before = [](const DraftCandidate& a, const DraftCandidate& b) {
+    if (a.survival != b.survival) return a.survival > b.survival;
+    if (a.position != b.position) return a.position < b.position;
+    return a.request < b.request;
+  };
+  std::vector<DraftCandidate> scratch;
+  int near_ties = 0;
+  for (const int n : {1, 7, 255, 256, 1000, 3000}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      const int gamma = 5;
+      std::vector<DraftCandidate> candidates;
+      for (int i = 0; i < n; ++i) {
+        double survival = unit(rng);
+        switch (rng() % 4) {
+          case 0: survival = 0.25 * static_cast<double>(1 + rng() % 4); break;  // equal ones
+          case 1: {
+            // Within a few units in the last place of 0.6: the same top bits.
+            uint64_t bits = std::bit_cast<uint64_t>(0.6) + rng() % 5;
+            survival = std::bit_cast<double>(bits);
+            ++near_ties;
+            break;
+          }
+          case 2: survival = 0.0; break;  // a forced first draft of confidence 0
+          default: break;
+        }
+        candidates.push_back({survival, i / gamma, i % gamma});
+      }
+      std::shuffle(candidates.begin(), candidates.end(), rng);
+      std::vector<DraftCandidate> want = candidates;
+      std::sort(want.begin(), want.end(), before);
+      SortBySurvival(&candidates, &scratch);
+      ASSERT_EQ(candidates.size(), want.size());
+      for (size_t k = 0; k < want.size(); ++k) {
+        ASSERT_EQ(candidates[k].survival, want[k].survival) << n << " candidates, at " << k;
+        ASSERT_EQ(candidates[k].request, want[k].request) << n << " candidates, at " << k;
+        ASSERT_EQ(candidates[k].position, want[k].position) << n << " candidates, at " << k;
+      }
+    }
+  }
+  EXPECT_GT(near_ties, 1000);
 }
 
 // Batches with hundreds of candidate drafts (the planner sorts those by
