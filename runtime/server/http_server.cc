@@ -679,28 +679,76 @@ ProbeAnswer HttpServer::Probe(absl::string_view path) const {
   return {200, R"({"status":"ready"})"};
 }
 
-int HttpServer::ClientSocket(mg_connection* conn) const {
-  // A worker thread serves one connection at a time, and only the first
-  // request of a connection names it (the gate adds the header); later
-  // requests on the same kept-alive connection use what the first found,
-  // once the socket is seen to be connected to the same gate end still.
-  struct Found {
-    const HttpServer* server = nullptr;
-    std::string peer;
-    int fd = -1;
-  };
-  thread_local Found found;
+// Finding a connection's socket scans every descriptor of the process
+// (SocketWithPeer): at hundreds of connections that is thousands of system
+// calls, more than serving a short request costs. Most requests never need
+// the socket (a body that arrives within its deadline, a stream), so it is
+// looked for only when asked for, once per connection.
+class HttpServer::ConnectionSocket {
+ public:
+  // `peer`: the name of the gate's end of the connection (none: no
+  // socket); `known`: the socket an earlier request of the connection
+  // found (-1: none yet).
+  ConnectionSocket(std::optional<std::string> peer, int known)
+      : peer_(std::move(peer)), known_(known) {}
+
+  // The socket (-1: none); the first call looks for it. Thread-safe: the
+  // body deadline's thread may be the one to ask.
+  int Get() {
+    absl::MutexLock lock(&mu_);
+    if (!searched_ && peer_.has_value()) {
+      searched_ = true;
+      found_ = known_ >= 0 && UnixName(known_, /*peer=*/true) == *peer_ ? known_
+                                                                         : SocketWithPeer(*peer_);
+    }
+    return found_;
+  }
+  const std::optional<std::string>& peer() const { return peer_; }
+  // The socket if it was looked for, else what the connection knew.
+  int last_known() const {
+    absl::MutexLock lock(&mu_);
+    return searched_ ? found_ : known_;
+  }
+
+ private:
+  const std::optional<std::string> peer_;
+  const int known_;
+  mutable absl::Mutex mu_;
+  bool searched_ ABSL_GUARDED_BY(mu_) = false;
+  int found_ ABSL_GUARDED_BY(mu_) = -1;
+};
+
+namespace {
+
+// What a civetweb worker thread knows of the connection it serves: a
+// worker serves one connection at a time, and only the first request of a
+// connection names it (the gate adds the header).
+struct ServedConnection {
+  const HttpServer* server = nullptr;
+  std::string peer;
+  int fd = -1;  // -1: not looked for yet
+};
+thread_local ServedConnection served_connection;
+
+}  // namespace
+
+HttpServer::ConnectionSocket HttpServer::SocketOf(mg_connection* conn) const {
+  ServedConnection& served = served_connection;
   const char* token = mg_get_header(conn, std::string(ConnectionGate::kConnectionHeader).c_str());
   std::optional<std::string> peer;
   if (token != nullptr && gate_ != nullptr) peer = gate_->UpstreamName(token);
   if (peer.has_value()) {
-    found = {this, *peer, SocketWithPeer(*peer)};
-    return found.fd;
+    served = {this, *peer, -1};
+    return ConnectionSocket(std::move(peer), -1);
   }
-  if (found.server == this && found.fd >= 0 && UnixName(found.fd, /*peer=*/true) == found.peer) {
-    return found.fd;
-  }
-  return -1;
+  // A later request of a kept-alive connection.
+  if (served.server == this) return ConnectionSocket(served.peer, served.fd);
+  return ConnectionSocket(std::nullopt, -1);
+}
+
+void HttpServer::RememberSocket(const ConnectionSocket& socket) const {
+  ServedConnection& served = served_connection;
+  if (served.server == this && socket.peer() == served.peer) served.fd = socket.last_known();
 }
 
 bool HttpServer::Authorized(mg_connection* conn) const {
@@ -718,13 +766,17 @@ int HttpServer::SendError(mg_connection* conn, const absl::Status& status) {
   return SendJson(conn, http_status, ErrorBody(status), headers);
 }
 
-std::optional<int> HttpServer::ReceiveBody(mg_connection* conn, int socket, std::string* out) {
+std::optional<int> HttpServer::ReceiveBody(mg_connection* conn, ConnectionSocket& socket,
+                                           std::string* out) {
   std::string& body = *out;
   BodyResult read;
   bool read_timed_out = false;
   {
     std::unique_ptr<ReadDeadlines::Watch> watch;
-    if (socket >= 0) watch = read_deadlines_.Arm(socket, absl::Now() + options_.body_timeout);
+    if (socket.peer().has_value()) {
+      watch = read_deadlines_.Arm([&socket] { return socket.Get(); },
+                                  absl::Now() + options_.body_timeout);
+    }
     read = ReadBody(conn, options_.max_body_bytes, &body);
     read_timed_out = watch != nullptr && watch->expired();
   }
@@ -763,9 +815,11 @@ int HttpServer::RefuseTooLarge(mg_connection* conn) {
 
 int HttpServer::HandleTokenizer(mg_connection* conn, bool tokenize) {
   // No engine is involved, so a draining server still answers these.
-  const int socket = ClientSocket(conn);
+  ConnectionSocket socket = SocketOf(conn);
   std::string body;
-  if (std::optional<int> sent = ReceiveBody(conn, socket, &body)) return *sent;
+  const std::optional<int> sent = ReceiveBody(conn, socket, &body);
+  RememberSocket(socket);
+  if (sent.has_value()) return *sent;
   absl::StatusOr<ApiReply> reply = OnAFullStack([&] {
     return tokenize ? api_.TokenizeReply(body) : api_.DetokenizeReply(body);
   });
@@ -779,18 +833,23 @@ int HttpServer::HandleGenerate(mg_connection* conn, ApiEndpoint endpoint) {
     absl::MutexLock lock(&mu_);
     if (draining_) return SendError(conn, DrainingError());
   }
-  const int socket = ClientSocket(conn);
+  ConnectionSocket socket = SocketOf(conn);
   std::string body;
-  if (std::optional<int> sent = ReceiveBody(conn, socket, &body)) return *sent;
+  if (std::optional<int> sent = ReceiveBody(conn, socket, &body)) {
+    RememberSocket(socket);
+    return *sent;
+  }
   // Everything after the body needs more stack than a worker has: the
   // parsers, the chat template and the tokenizer, and the reply's encoding
   // (a body with logprobs overflowed the worker's stack in nlohmann's dump
   // under AddressSanitizer). The worker waits for the request here.
-  return OnAFullStack([&] { return Generate(conn, endpoint, body, socket); });
+  const int status = OnAFullStack([&] { return Generate(conn, endpoint, body, socket); });
+  RememberSocket(socket);
+  return status;
 }
 
 int HttpServer::Generate(mg_connection* conn, ApiEndpoint endpoint, const std::string& body,
-                         int socket) {
+                         ConnectionSocket& socket) {
   absl::StatusOr<ApiRequest> parsed = endpoint == ApiEndpoint::kChatCompletions
                                           ? api_.ParseChat(body)
                                           : api_.ParseCompletion(body);
@@ -864,7 +923,7 @@ int HttpServer::ServeStream(mg_connection* conn, const ApiRequest& request,
 }
 
 int HttpServer::ServeBody(mg_connection* conn, const ApiRequest& request, Generation& generation,
-                          int socket) {
+                          ConnectionSocket& socket) {
   const std::string& id = request.generation.id;
   ResponseEncoder encoder(api_, request, id, absl::ToUnixSeconds(absl::Now()));
   bool client_gone = false;
@@ -877,7 +936,7 @@ int HttpServer::ServeBody(mg_connection* conn, const ApiRequest& request, Genera
     if (abandoned) return SendError(conn, reason);
     // A client that hung up cancels its request; the engine then finishes
     // it, and the loop ends with its final event.
-    if (!client_gone && socket >= 0 && !encoder.finished() && PeerHungUp(socket)) {
+    if (!client_gone && !encoder.finished() && socket.Get() >= 0 && PeerHungUp(socket.Get())) {
       client_gone = true;
       service_.Cancel(id);
     }

@@ -122,9 +122,14 @@ class HttpServer {
   // The answer to GET /health or /ready (`path`), from civetweb's threads
   // or the gate's.
   ProbeAnswer Probe(absl::string_view path) const;
-  // The socket civetweb serves `conn` on (-1: not found), watched for the
-  // client's hang-up and shut by the body deadline.
-  int ClientSocket(mg_connection* conn) const;
+  // The socket civetweb serves `conn` on, watched for the client's hang-up
+  // and shut by the body deadline; found when first asked for (see the
+  // class). SocketOf reads what names it, RememberSocket keeps what was
+  // found for the connection's next request; both on civetweb's worker
+  // thread.
+  class ConnectionSocket;
+  ConnectionSocket SocketOf(mg_connection* conn) const;
+  void RememberSocket(const ConnectionSocket& socket) const;
   // civetweb's init_context: trades civetweb's TCP listener for a
   // unix-domain one that only the gate connects to, at a path in a
   // directory only this user can enter.
@@ -134,20 +139,21 @@ class HttpServer {
   int HandleGenerate(mg_connection* conn, ApiEndpoint endpoint);
   // The rest of a generation request once its body has arrived: parse,
   // submit, serve the reply. Runs on a full stack (OnAFullStack).
-  int Generate(mg_connection* conn, ApiEndpoint endpoint, const std::string& body, int socket);
+  int Generate(mg_connection* conn, ApiEndpoint endpoint, const std::string& body,
+               ConnectionSocket& socket);
   // POST /tokenize (true) or /detokenize (false).
   int HandleTokenizer(mg_connection* conn, bool tokenize);
   // Reads the request body into `body` within the body timeout and size
   // limit; otherwise answers the client (408, 413 or 400) and returns the
   // status sent. `socket` as for ServeBody.
-  std::optional<int> ReceiveBody(mg_connection* conn, int socket, std::string* body);
+  std::optional<int> ReceiveBody(mg_connection* conn, ConnectionSocket& socket, std::string* body);
   // 413 for a body over --max-body-bytes, and the connection closed.
   int RefuseTooLarge(mg_connection* conn);
   int ServeStream(mg_connection* conn, const ApiRequest& request, Generation& generation);
   // `socket`: the connection's socket, watched for the client's hang-up
-  // (-1: not found, not watched).
+  // (none found: not watched).
   int ServeBody(mg_connection* conn, const ApiRequest& request, Generation& generation,
-                int socket);
+                ConnectionSocket& socket);
   bool Authorized(mg_connection* conn) const;
   int SendError(mg_connection* conn, const absl::Status& status);
   void LogIgnoredFields(const std::vector<std::string>& fields);

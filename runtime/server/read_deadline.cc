@@ -2,6 +2,8 @@
 
 #include <sys/socket.h>
 
+#include <utility>
+
 #include "absl/time/clock.h"
 
 namespace verdict {
@@ -17,9 +19,14 @@ ReadDeadlines::~ReadDeadlines() {
 }
 
 std::unique_ptr<ReadDeadlines::Watch> ReadDeadlines::Arm(int fd, absl::Time deadline) {
+  return Arm([fd] { return fd; }, deadline);
+}
+
+std::unique_ptr<ReadDeadlines::Watch> ReadDeadlines::Arm(absl::AnyInvocable<int()> socket,
+                                                         absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   const int64_t key = next_key_++;
-  entries_[key] = Entry{fd, deadline};
+  entries_[key] = Entry{std::move(socket), deadline};
   return std::unique_ptr<Watch>(new Watch(this, key));
 }
 
@@ -40,10 +47,13 @@ void ReadDeadlines::Run() {
   while (!mu_.AwaitWithTimeout(absl::Condition(&stopping), tick_)) {
     const absl::Time now = absl::Now();
     for (auto& [key, entry] : entries_) {
-      if (!entry.expired && now >= entry.deadline) {
+      if (!entry.passed && now >= entry.deadline) {
         // Under the lock: the watch, and so the open socket, outlives this.
-        shutdown(entry.fd, SHUT_RD);
-        entry.expired = true;
+        entry.passed = true;
+        if (const int fd = entry.socket(); fd >= 0) {
+          shutdown(fd, SHUT_RD);
+          entry.expired = true;
+        }
       }
     }
   }

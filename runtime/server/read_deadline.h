@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -45,12 +46,17 @@ class ReadDeadlines {
   };
 
   std::unique_ptr<Watch> Arm(int fd, absl::Time deadline);
+  // As Arm(fd, ...), with the socket found only once the deadline has
+  // passed (by `socket`, on the deadlines' thread; -1: none to shut), for
+  // an owner whose socket costs a search to find and that seldom needs it.
+  std::unique_ptr<Watch> Arm(absl::AnyInvocable<int()> socket, absl::Time deadline);
 
  private:
   struct Entry {
-    int fd;
+    absl::AnyInvocable<int()> socket;
     absl::Time deadline;
-    bool expired = false;
+    bool passed = false;   // the deadline, once seen by the thread
+    bool expired = false;  // and the socket's read side shut
   };
 
   void Run();
