@@ -12,6 +12,7 @@
 # (default 1,4,16,64), MAX_TOKENS (default 256), MODES (default all three),
 # BASELINE=0 (leave out speculation off), TEMPERATURE (default 0), REPEATS
 # (default 1: interleaved rounds of every configuration, see sweep.py),
+# REFERENCE (a configuration to compare with the best of the others),
 # EXTRA_SERVER_ARGS (e.g. a cost table), CONFIGS (flag sets to compare
 # instead of MODES, ';'-separated NAME=FLAGS, e.g.
 # "nccl=--verify-mode=static;one-shot=--verify-mode=static --one-shot-all-reduce=on").
@@ -48,4 +49,5 @@ python3 tools/bench/sweep.py --verdict "$bundle/bin/runtime/cli/verdict" "${conf
   --concurrency "$concurrency" --max-tokens "${MAX_TOKENS:-256}" \
   --temperature "${TEMPERATURE:-0}" --repeats "${REPEATS:-1}" --server-args "$server_args ${EXTRA_SERVER_ARGS:-}" --no-plot \
   $([[ "${BASELINE:-1}" == 0 ]] && echo --no-baseline) \
+  $([[ -n "${REFERENCE:-}" ]] && echo --reference "$REFERENCE") \
   --out "$out"
