@@ -2,9 +2,9 @@
 """Unit tests of tools/bench/sweep.py and tools/bench/plot.py without a
 server: which configurations a sweep runs, how the overlap flag is found in
 `verdict --help`, the comparison table with its change against static, and
-the chart.
+the chart; and tools/bench/step_log_summary.py on a step log.
 
-    bench_sweep_test.py SWEEP_PY PLOT_PY VERDICT
+    bench_sweep_test.py SWEEP_PY PLOT_PY VERDICT STEP_LOG_SUMMARY_PY
 """
 
 import importlib.util
@@ -15,7 +15,7 @@ import sys
 import tempfile
 import unittest
 
-SWEEP_PY, PLOT_PY, VERDICT = sys.argv[1], sys.argv[2], sys.argv[3]
+SWEEP_PY, PLOT_PY, VERDICT, STEP_LOG_SUMMARY_PY = sys.argv[1:5]
 spec = importlib.util.spec_from_file_location("sweep", SWEEP_PY)
 sweep = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sweep)
@@ -294,6 +294,24 @@ class ChildrenTest(unittest.TestCase):
         finally:
             child.kill()
             child.wait()
+
+
+class StepLogSummaryTest(unittest.TestCase):
+    def test_a_step_still_being_written_is_left_out(self):
+        step = {"step": 1, "batch": 4, "verify_tokens": 4, "draft_reason": "planned",
+                "draft_passes": 0, "drafting_requests": 0, "draft_seconds": 0.0,
+                "verify_seconds": 0.002, "predicted_seconds": 0.0021, "committed_at": 100.0}
+        path = os.path.join(TMP, "steps.jsonl")
+        with open(path, "w") as f:
+            f.write(json.dumps(step) + "\n")
+            f.write(json.dumps(dict(step, step=2, committed_at=100.003)) + "\n")
+            f.write('{"step": 3, "batch": 4, "verify_tok')  # the server's next write
+        result = subprocess.run([sys.executable, STEP_LOG_SUMMARY_PY, path],
+                                capture_output=True, text=True, check=True)
+        self.assertIn("2 steps; draft plans: planned 2", result.stdout)
+        # batch 4-7, no passes, 2 steps; the interval between them 3 ms
+        self.assertRegex(result.stdout, r"\| 4-7 \| 0 \| 2 \|")
+        self.assertIn("| 3.00 |", result.stdout)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ def summarise(path, out):
     previous = None
     with open(path) as f:
         for line in f:
+            if not line.endswith("\n"):
+                break  # a step a running server is still writing
             s = json.loads(line)
             # The wall time since the previous step's commit, where the two
             # steps ran back to back (a pause of a second or more is the
