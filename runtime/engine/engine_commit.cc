@@ -340,19 +340,18 @@ void Engine::Emit(Request& r, std::vector<int32_t> tokens, std::vector<float> lo
       }
     }
   }
-  GenerationCallback callback;
-  {
+  if (!r.callback || finished) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = callbacks_.find(r.req.id);
     if (it == callbacks_.end()) return;
-    callback = it->second;
+    if (!r.callback) r.callback = it->second;
     if (finished) {
       callbacks_.erase(it);
       --in_flight_;
     }
   }
   if (!event.token_ids.empty() || !event.text.empty() || finished) {
-    delivery_.Queue(std::move(callback), std::move(event));
+    delivery_.Queue(finished ? std::move(r.callback) : r.callback, std::move(event));
   }
 }
 

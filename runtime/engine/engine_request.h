@@ -56,6 +56,11 @@ struct Engine::Request {
   absl::Time arrival;        // rank 0's clock, for latency metrics
   absl::Time last_emit;      // the previous event with tokens
   bool first_token_sent = false;
+  // The client's callback (Submit's), looked up by id at the first event
+  // and kept: it never changes before the request finishes, and a lookup
+  // under the engine's lock for every event of every request is most of
+  // what a step's events cost the scheduling thread.
+  GenerationCallback callback;
   // Tokens of the finishing step, sent with the final event.
   std::vector<int32_t> unsent_tokens;
   std::vector<float> unsent_logprobs;
