@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -216,6 +217,69 @@ std::string Replace(const std::string& s, const std::string& old, const std::str
   }
   out.append(s, pos, std::string::npos);
   return out;
+}
+
+// markupsafe's escape(): the five characters HTML gives meaning to, written
+// as markupsafe writes them.
+std::string HtmlEscape(absl::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// What a Markup joins of a value (Markup.escape): a Markup's own text, any
+// other value's str() escaped.
+std::string MarkupText(const Value& v) {
+  return v.is_markup() ? v.as_string() : HtmlEscape(v.Str());
+}
+
+// A string result that stays a Markup when its subject is one, as the str
+// methods markupsafe overrides (and jinja2's filters built on them) keep it.
+Value LikeSubject(const Value& subject, std::string s) {
+  return subject.is_markup() ? Value::Markup(std::move(s)) : Value(std::move(s));
+}
+
+// Python's str.splitlines(): lines end at \n, \r, \r\n, \v, \f, \x1c to
+// \x1e, U+0085, U+2028 and U+2029; the ends are dropped, and a final end
+// leaves no empty line after it.
+std::vector<std::string> SplitLines(const std::string& s) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const size_t at = pos;
+    const uint32_t cp = DecodeUtf8(s, &pos);
+    // U+0085 only as its two UTF-8 bytes, not a stray 0x85 byte.
+    const bool ends_line = cp == '\n' || cp == '\r' || cp == 0x0b || cp == 0x0c ||
+                           (cp >= 0x1c && cp <= 0x1e) || (cp == 0x85 && pos - at == 2) ||
+                           cp == 0x2028 || cp == 0x2029;
+    if (!ends_line) continue;
+    lines.push_back(s.substr(start, at - start));
+    if (cp == '\r' && pos < s.size() && s[pos] == '\n') ++pos;
+    start = pos;
+  }
+  if (start < s.size()) lines.push_back(s.substr(start));
+  return lines;
 }
 
 // Python's str.split(sep, maxsplit).
@@ -857,7 +921,10 @@ class Renderer {
         int64_t i = key->as_int();
         const int64_t n = static_cast<int64_t>(items.size());
         if (i < 0) i += n;
-        if (i >= 0 && i < n) return items[static_cast<size_t>(i)];
+        if (i >= 0 && i < n) {
+          const Value& item = items[static_cast<size_t>(i)];
+          return subject->is_string() ? LikeSubject(*subject, item.as_string()) : item;
+        }
         return Value::Undefined();
       }
     }
@@ -899,7 +966,7 @@ class Renderer {
     if (is_string) {
       std::string out;
       for (size_t i : picked) out += items[i].as_string();
-      return Value(std::move(out));
+      return LikeSubject(*subject, std::move(out));
     }
     Items out;
     for (size_t i : picked) out.push_back(items[i]);
@@ -930,7 +997,7 @@ class Renderer {
     if (e.name == "~") return Value(left->Str() + right->Str());
     if (e.name == "%" && left->is_string()) {
       // Python formats with any right operand, undefined included.
-      absl::StatusOr<Value> v = PercentFormat(left->as_string(), *right);
+      absl::StatusOr<Value> v = PercentFormat(*left, *right);
       if (!v.ok()) return LineError(e.line, v.status().message());
       return v;
     }
@@ -982,7 +1049,11 @@ class Renderer {
         return Value(std::pow(x, y));
       }
     }
-    if (op == "+" && a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+    if (op == "+" && a.is_string() && b.is_string()) {
+      // Markup's + escapes the plain side, from either side.
+      if (a.is_markup() || b.is_markup()) return Value::Markup(MarkupText(a) + MarkupText(b));
+      return Value(a.as_string() + b.as_string());
+    }
     if (op == "+" && a.is_list() && b.is_list() && a.flavor() == b.flavor() &&
         a.flavor() != Value::ListFlavor::kGenerator) {
       Items items = a.items();
@@ -991,7 +1062,7 @@ class Renderer {
     }
     if (op == "*" && (a.is_string() || a.is_list()) && IsIntLike(b)) return Repeat(a, b.as_int());
     if (op == "*" && (b.is_string() || b.is_list()) && IsIntLike(a)) return Repeat(b, a.as_int());
-    if (op == "%" && a.is_string()) return PercentFormat(a.as_string(), b);
+    if (op == "%" && a.is_string()) return PercentFormat(a, b);
     return absl::InvalidArgumentError(absl::StrCat("unsupported operand type(s) for ", op, ": '",
                                                    a.TypeName(), "' and '", b.TypeName(), "'"));
   }
@@ -999,8 +1070,11 @@ class Renderer {
   // Python's `format % args` for the conversions templates use: %s, %r, %d,
   // %i and %%. A tuple gives the arguments; any other value is the one
   // argument, and a dict or list (which Python treats as a mapping) may go
-  // unused. Other conversions, flags and widths are refused.
-  static absl::StatusOr<Value> PercentFormat(const std::string& format, const Value& args) {
+  // unused. Other conversions, flags and widths are refused. A Markup format
+  // escapes what %s and %r insert, and the result is a Markup.
+  static absl::StatusOr<Value> PercentFormat(const Value& format_value, const Value& args) {
+    const std::string& format = format_value.as_string();
+    const bool markup = format_value.is_markup();
     const bool tuple = args.is_list() && args.flavor() == Value::ListFlavor::kTuple;
     const Items positional = tuple ? args.items() : Items{args};
     // jinja2's Undefined has __getitem__, so Python treats it as a mapping too.
@@ -1027,9 +1101,9 @@ class Renderer {
       }
       const Value& v = positional[next++];
       if (conversion == 's') {
-        out += v.Str();
+        out += markup ? MarkupText(v) : v.Str();
       } else if (conversion == 'r') {
-        out += v.Repr();
+        out += markup ? HtmlEscape(v.Repr()) : v.Repr();
       } else if (IsIntLike(v)) {
         out += std::to_string(v.as_int());
       } else if (v.kind() == Value::Kind::kFloat && std::isfinite(v.as_double())) {
@@ -1043,14 +1117,14 @@ class Renderer {
     if (next < positional.size() && !(mapping_like && next == 0)) {
       return absl::InvalidArgumentError("not all arguments converted during string formatting");
     }
-    return Value(std::move(out));
+    return LikeSubject(format_value, std::move(out));
   }
 
   static Value Repeat(const Value& v, int64_t times) {
     if (v.is_string()) {
       std::string out;
       for (int64_t i = 0; i < times; ++i) out += v.as_string();
-      return Value(std::move(out));
+      return LikeSubject(v, std::move(out));
     }
     Items items;
     for (int64_t i = 0; i < times; ++i) items.insert(items.end(), v.items().begin(), v.items().end());
@@ -1098,13 +1172,36 @@ class Renderer {
 
   // The bound method `name` of `subject`, if it has one.
   std::optional<Value> Method(const Value& subject, const std::string& name) {
-    if (subject.is_string()) return StringMethod(subject.as_string(), name);
+    if (std::optional<Value> refused = SandboxRefused(subject, name)) return refused;
+    if (subject.is_string()) return StringMethod(subject, name);
     if (subject.is_dict()) return DictMethod(subject, name);
     return std::nullopt;
   }
 
-  static std::optional<Value> StringMethod(const std::string& s, const std::string& name) {
+  // A method that would modify a list or dict: transformers' immutable
+  // sandbox makes calling it a SecurityError, raised only when it runs.
+  static std::optional<Value> SandboxRefused(const Value& subject, const std::string& name) {
+    static const auto* list_methods = new absl::flat_hash_set<std::string>{
+        "append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse"};
+    static const auto* dict_methods =
+        new absl::flat_hash_set<std::string>{"update", "setdefault", "pop", "popitem", "clear"};
+    const bool list = subject.is_list() && subject.flavor() == Value::ListFlavor::kList;
+    const bool refused = (list && list_methods->contains(name)) ||
+                         (subject.is_dict() && dict_methods->contains(name));
+    if (!refused) return std::nullopt;
+    std::string message = absl::StrCat("access to attribute '", name, "' of '",
+                                       subject.TypeName(), "' object is unsafe.");
+    return Value::FromFunction(name, [message](const CallArgs&) -> absl::StatusOr<Value> {
+      return absl::InvalidArgumentError(message);
+    });
+  }
+
+  // The str methods; a Markup's keep it a Markup, and its replace() and
+  // join() escape what they insert.
+  static std::optional<Value> StringMethod(const Value& subject, const std::string& name) {
     using Fn = std::function<absl::StatusOr<Value>(const CallArgs&)>;
+    const std::string& s = subject.as_string();
+    const bool markup = subject.is_markup();
     Fn fn;
     if (name == "startswith" || name == "endswith") {
       const bool starts = name == "startswith";
@@ -1127,52 +1224,67 @@ class Renderer {
     } else if (name == "strip" || name == "lstrip" || name == "rstrip") {
       const bool left = name != "rstrip";
       const bool right = name != "lstrip";
-      fn = [s, left, right, name](const CallArgs& call) -> absl::StatusOr<Value> {
+      fn = [subject, left, right, name](const CallArgs& call) -> absl::StatusOr<Value> {
         Args args(call, {"chars"}, name);
         if (absl::Status st = args.Check(); !st.ok()) return st;
         Value chars = args.Get(0);
-        if (chars.is_undefined() || chars.is_none()) return Value(PythonStrip(s, left, right));
+        const std::string& s = subject.as_string();
+        if (chars.is_undefined() || chars.is_none()) {
+          return LikeSubject(subject, PythonStrip(s, left, right));
+        }
         if (!chars.is_string()) return absl::InvalidArgumentError("strip arg must be None or str");
-        return Value(StripChars(s, chars.as_string(), left, right));
+        return LikeSubject(subject, StripChars(s, chars.as_string(), left, right));
       };
     } else if (name == "split") {
-      fn = [s](const CallArgs& call) -> absl::StatusOr<Value> {
+      fn = [subject](const CallArgs& call) -> absl::StatusOr<Value> {
         Args args(call, {"sep", "maxsplit"}, "split");
         if (absl::Status st = args.Check(); !st.ok()) return st;
         Value maxsplit = args.Get(1);
         absl::StatusOr<Items> parts =
-            Split(s, args.Get(0), IsIntLike(maxsplit) ? maxsplit.as_int() : -1);
+            Split(subject.as_string(), args.Get(0), IsIntLike(maxsplit) ? maxsplit.as_int() : -1);
         if (!parts.ok()) return parts.status();
+        for (Value& part : *parts) part = LikeSubject(subject, part.as_string());
         return Value::List(*std::move(parts));
       };
     } else if (name == "replace") {
-      fn = [s](const CallArgs& call) -> absl::StatusOr<Value> {
+      fn = [subject, markup](const CallArgs& call) -> absl::StatusOr<Value> {
         Args args(call, {"old", "new", "count"}, "replace");
         if (absl::Status st = args.Check(); !st.ok()) return st;
-        if (!args.Get(0).is_string() || !args.Get(1).is_string()) {
+        // Markup escapes (and so takes any value for) the replacement only.
+        if (!args.Get(0).is_string() || (!markup && !args.Get(1).is_string())) {
           return absl::InvalidArgumentError("replace arguments must be str");
         }
+        const std::string replacement = markup ? MarkupText(args.Get(1)) : args.Get(1).as_string();
         Value count = args.Get(2);
-        return Value(Replace(s, args.Get(0).as_string(), args.Get(1).as_string(),
-                             IsIntLike(count) ? count.as_int() : -1));
+        return LikeSubject(subject, Replace(subject.as_string(), args.Get(0).as_string(),
+                                            replacement, IsIntLike(count) ? count.as_int() : -1));
       };
     } else if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
-      fn = [s, name](const CallArgs& call) -> absl::StatusOr<Value> {
+      fn = [subject, name](const CallArgs& call) -> absl::StatusOr<Value> {
         if (!call.positional.empty() || !call.keyword.empty()) {
           return absl::InvalidArgumentError(absl::StrCat(name, "() takes no arguments"));
         }
-        if (name == "upper") return Value(Upper(s));
-        if (name == "lower") return Value(Lower(s));
-        if (name == "title") return Value(PythonTitle(s));
-        return Value(Capitalize(s));
+        const std::string& s = subject.as_string();
+        if (name == "upper") return LikeSubject(subject, Upper(s));
+        if (name == "lower") return LikeSubject(subject, Lower(s));
+        if (name == "title") return LikeSubject(subject, PythonTitle(s));
+        return LikeSubject(subject, Capitalize(s));
       };
     } else if (name == "join") {
-      fn = [s](const CallArgs& call) -> absl::StatusOr<Value> {
+      fn = [s, markup](const CallArgs& call) -> absl::StatusOr<Value> {
         Args args(call, {"iterable"}, "join");
         if (absl::Status st = args.Check(); !st.ok()) return st;
         absl::StatusOr<Items> items = Iterate(args.Get(0));
         if (!items.ok()) return items.status();
         std::string out;
+        if (markup) {
+          // Markup.join escapes every item, whatever its type.
+          for (size_t i = 0; i < items->size(); ++i) {
+            if (i > 0) out += s;
+            out += MarkupText((*items)[i]);
+          }
+          return Value::Markup(std::move(out));
+        }
         for (size_t i = 0; i < items->size(); ++i) {
           if (!(*items)[i].is_string()) {
             return absl::InvalidArgumentError(absl::StrCat(
@@ -1216,9 +1328,9 @@ class Renderer {
       Args args(call, {"chars"}, name);
       if (absl::Status st = args.Check(); !st.ok()) return st;
       if (args.Has(0) && !args.Get(0).is_none()) {
-        return Value(StripChars(v.Str(), args.Get(0).Str(), true, true));
+        return LikeSubject(v, StripChars(v.Str(), args.Get(0).Str(), true, true));
       }
-      return Value(PythonStrip(v.Str(), true, true));
+      return LikeSubject(v, PythonStrip(v.Str(), true, true));
     }
     if (name == "length" || name == "count") {
       absl::StatusOr<int64_t> n = Length(v);
@@ -1264,12 +1376,15 @@ class Renderer {
       if (!items.ok()) return items.status();
       return Value::List(*std::move(items));
     }
-    if (name == "string" || name == "safe") return Value(v.Str());
+    // safe makes a Markup; string keeps one (jinja2's soft_str).
+    if (name == "safe") return v.is_markup() ? v : Value::Markup(v.Str());
+    if (name == "string") return v.is_markup() ? v : Value(v.Str());
     if (name == "int") return IntFilter(v, call);
     if (name == "float") return FloatFilter(v, call);
-    if (name == "upper") return Value(Upper(v.Str()));
-    if (name == "lower") return Value(Lower(v.Str()));
-    if (name == "capitalize") return Value(Capitalize(v.Str()));
+    if (name == "upper") return LikeSubject(v, Upper(v.Str()));
+    if (name == "lower") return LikeSubject(v, Lower(v.Str()));
+    if (name == "capitalize") return LikeSubject(v, Capitalize(v.Str()));
+    // title and replace build a new str (no autoescape), Markup or not.
     if (name == "title") return Value(JinjaTitle(v.Str()));
     if (name == "replace") {
       Args args(call, {"old", "new", "count"}, name);
@@ -1283,7 +1398,7 @@ class Renderer {
         std::vector<std::string> cps = SplitCodePoints(v.as_string());
         std::string out;
         for (auto it = cps.rbegin(); it != cps.rend(); ++it) out += *it;
-        return Value(std::move(out));
+        return LikeSubject(v, std::move(out));
       }
       absl::StatusOr<Items> items = Iterate(v);
       if (!items.ok()) return items.status();
@@ -1414,19 +1529,11 @@ class Renderer {
       return absl::InvalidArgumentError(absl::StrCat(
           "unsupported operand type(s) for +=: '", v.TypeName(), "' and 'str'"));
     }
-    // jinja2 appends a newline, then splits lines, so a final line break
-    // does not leave an indented empty line.
-    std::string s = v.as_string() + "\n";
-    std::vector<std::string> lines;
-    size_t start = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (s[i] == '\n' || s[i] == '\r') {
-        lines.push_back(s.substr(start, i - start));
-        if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
-        start = i + 1;
-      }
-    }
-    if (start < s.size()) lines.push_back(s.substr(start));
+    // For a Markup, jinja2 makes the indention a Markup too: nothing escapes.
+    // jinja2 appends a newline, then splits lines as str.splitlines() does
+    // (U+2028 and the other line ends too), so a final line break does not
+    // leave an indented empty line.
+    std::vector<std::string> lines = SplitLines(v.as_string() + "\n");
     std::string out;
     if (args.Get(2).Truthy()) {
       out = absl::StrJoin(lines, "\n" + indention);
@@ -1439,7 +1546,7 @@ class Renderer {
       }
     }
     if (args.Get(1).Truthy()) out = indention + out;
-    return Value(std::move(out));
+    return LikeSubject(v, std::move(out));
   }
 
   // The sort key jinja2 uses: the attribute (if any), lowered when the

@@ -162,9 +162,58 @@ TEST(EvaluatorTest, Filters) {
   EXPECT_EQ(Render("{{ 'user' | capitalize }} {{ 'a-b c' | title }} {{ 'ab' | upper }}"),
             "User A-B C AB");
   EXPECT_EQ(Render("{{ 'a\nb' | indent(2) }}|{{ 'a\nb' | indent(2, true) }}"), "a\n  b|  a\n  b");
+  // indent splits lines as str.splitlines() does: at U+2028, \v, \r\n too.
+  EXPECT_EQ(Render("{{ s | indent(1) }}", R"({"s": "a\u2028b\u000bc\r\nd\u0085e"})"),
+            "a\n b\n c\n d\n e");
   // select/map give generators: no length, always truthy, printed refused.
   EXPECT_THAT(Render("{{ [1] | select | length }}"), HasSubstr("has no len()"));
   EXPECT_THAT(Render("{{ [1] | select }}"), HasSubstr("generator"));
+}
+
+// `safe` gives markupsafe's Markup: it prints as it is, but plain text
+// joined to it (+, join(), %) is HTML-escaped, and the str methods and
+// filters built on them keep it a Markup. `~` and the replace, join and
+// title filters give plain text.
+TEST(EvaluatorTest, SafeMakesAMarkupThatEscapesWhatJoinsIt) {
+  EXPECT_EQ(Render("{{ '<a>' | safe }}|{{ ('<a>' | safe) + \"\\\"b'&\" }}|"
+                   "{{ 'x>' + ('<a>' | safe) }}"),
+            "<a>|<a>&#34;b&#39;&amp;|x&gt;<a>");
+  EXPECT_EQ(Render("{{ ('<a>' | safe) ~ '<b>' }}|{{ ('<' | safe) + ('>' | safe) }}"), "<a><b>|<>");
+  // A value derived from a Markup stays one.
+  EXPECT_EQ(Render("{{ (' a ' | safe).strip() + '<' }}|{{ ('a' | safe).upper() + '<' }}|"
+                   "{{ ('ab' | safe)[0] + '<' }}|{{ ('ab' | safe)[1:] + '<' }}|"
+                   "{{ ('a b' | safe).split()[1] + '<' }}|{{ ('a' | safe) * 2 + '<' }}"),
+            "a&lt;|A&lt;|a&lt;|b&lt;|b&lt;|aa&lt;");
+  EXPECT_EQ(Render("{{ ('a' | safe) | trim + '<' }}|{{ ('a' | safe) | string + '<' }}|"
+                   "{{ ('a' | safe) | upper + '<' }}|{{ ('a' | safe) | indent(2) + '<' }}|"
+                   "{{ ('ab' | safe) | reverse + '<' }}"),
+            "a&lt;|a&lt;|A&lt;|a&lt;|ba&lt;");
+  // replace() escapes its replacement, join() its items, % its arguments.
+  EXPECT_EQ(Render("{{ ('a' | safe).replace('a', '<') }}|{{ ('-' | safe).join(['<', 1]) }}|"
+                   "{{ ('<%s>' | safe) % '&' }}"),
+            "&lt;|&lt;-1|<&amp;>");
+  // Plain text from the replace, join, title and tojson filters and `~`.
+  EXPECT_EQ(Render("{{ ('a' | safe) | replace('a', 'b') + '<' }}|{{ ('a' | safe) | join + '<' }}|"
+                   "{{ ('a' | safe) | title + '<' }}|{{ ('a' | safe) | tojson + '<' }}|"
+                   "{{ (('a' | safe) ~ '') + '<' }}|{{ ('a' | safe) | first + '<' }}"),
+            "b<|a<|A<|\"a\"<|a<|a<");
+  EXPECT_EQ(Render("{{ [('a' | safe)] }} {{ ('a' | safe) == 'a' }} {{ ('a' | safe) is string }}"),
+            "[Markup('a')] True True");
+  EXPECT_THAT(Render("{{ ('a' | safe) + 1 }}"), HasSubstr("unsupported operand"));
+}
+
+// transformers' sandbox refuses a list's or dict's modifying methods when a
+// call runs, not when the template loads.
+TEST(EvaluatorTest, ModifyingMethodsFailOnlyWhenCalled) {
+  EXPECT_EQ(Render("{% set xs = [1] %}{% if false %}{% set _ = xs.append(2) %}{% endif %}{{ xs }}"),
+            "[1]");
+  EXPECT_THAT(Render("{% set xs = [1] %}{{ xs.append(2) }}"),
+              HasSubstr("access to attribute 'append' of 'list' object is unsafe"));
+  EXPECT_THAT(Render("{% set d = {} %}{% set _ = d.update({'a': 1}) %}"),
+              HasSubstr("access to attribute 'update' of 'dict' object is unsafe"));
+  // Where the value has no such method, it is undefined, and calling fails.
+  EXPECT_THAT(Render("{{ (1, 2).append(3) }}"), HasSubstr("ERROR"));
+  EXPECT_THAT(Render("{{ 'ab'.pop() }}"), HasSubstr("ERROR"));
 }
 
 TEST(EvaluatorTest, SortingAndAggregates) {

@@ -14,7 +14,8 @@ import subprocess
 import sys
 
 import jinja2
-from jinja2.ext import loopcontrols
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 NOW = (2026, 3, 14, 9, 26, 53)
@@ -193,6 +194,22 @@ SNIPPETS = [
     "{{ ['b', 'A', 'a', 'C'] | sort }} {{ ['b', 'A', 'a'] | sort(case_sensitive=true) }} {{ [3, 1, 2] | sort(reverse=true) }} {{ messages | sort(attribute='role') | map(attribute='role') | join(',') }} {{ {'b': 1, 'A': 3, 'c': 2} | dictsort }} {{ {'b': 1, 'a': 3} | dictsort(by='value') }}",
     "{{ ['a', 'A', 'b', 'a'] | unique | list }} {{ [3, 1, 2] | min }} {{ [3, 1, 2] | max }} {{ ['b', 'A'] | min }} {{ [] | max }}| {{ [1, 2.5] | sum }} {{ messages | map(attribute='content') | map('length') | sum }} {{ messages | max(attribute='role') }}",
     "{{ -2 | abs }} {{ -2.5 | abs }} {{ 'AbC' | lower }} {{ 'AbC' | upper }} {{ none | lower }}",
+    # safe gives a Markup: plain text joined to it is HTML-escaped (tool
+    # lists built as `'...' | safe + name + ... + x | tojson`, Mistral's
+    # `arguments | tojson | safe`), and what derives from it stays a Markup.
+    "{{ '<a>' | safe }}|{{ \"'\" | safe + messages[1].content + '\"&<>' + {'k': \"'\"} | tojson }}|{{ 'x<' + ('<a>' | safe) }}|{{ ('<a>' | safe) ~ '<' }}",
+    "{{ ('a' | safe).upper() + '<' }}|{{ (' a ' | safe).strip() + '<' }}|{{ ('ab' | safe)[0] + '<' }}|{{ ('ab' | safe)[1:] + '<' }}|{{ ('a b' | safe).split()[1] + '<' }}|{{ ('a' | safe) * 2 + '<' }}|{{ ('a' | safe).replace('a', '<') }}|{{ ('-' | safe).join(['<', 1, none]) }}",
+    "{{ ('<%s%r>' | safe) % ('&', \"'\") }}|{{ ('a' | safe) | trim + '<' }}|{{ ('a' | safe) | string + '<' }}|{{ ('a' | safe) | upper + '<' }}|{{ ('a\\nb' | safe) | indent(2, true) + '<' }}|{{ ('ab' | safe) | reverse + '<' }}|{{ 5 | safe + '<' }}|{{ nothing | safe + '<' }}",
+    "{{ ('a' | safe) | replace('a', 'b') + '<' }}|{{ ('a' | safe) | join + '<' }}|{{ ('a' | safe) | title + '<' }}|{{ ('a' | safe) | tojson + '<' }}|{{ ('a' | safe) | first + '<' }}|{{ [('a' | safe)] }}|{{ ('a' | safe) == 'a' }}|{{ {'a': 1}['a' | safe] }}",
+    "{{ ('a' | safe) + 1 }}",
+    # The sandbox refuses list and dict methods that modify, when called.
+    "{% set xs = [1] %}{% set d = {'a': 1} %}{% if false %}{% set _ = xs.append(2) %}{{ d.update({'b': 2}) }}{% endif %}{{ xs }}{{ d }}",
+    "{% set xs = [1] %}{% set _ = xs.append(2) %}",
+    "{% set d = {'a': 1} %}{{ d.setdefault('b', 2) }}",
+    "{{ messages[0].pop('role') }}",
+    # indent splits lines as str.splitlines() does.
+    "{{ 'a\\u2028b\\x0bc\\x1cd\\x85e\\u2029' | indent(2) }}|{{ 'x\\x0cy' | indent(1, true, true) }}",
+    "a{% generation %}b{{ messages | length }}{% endgeneration %}c",
 ]
 
 
@@ -265,7 +282,7 @@ def expression_templates(count, seed=20261203):
                "indent(2)", "tojson(sort_keys=true)", "sort", "sort(reverse=true)",
                "sort(case_sensitive=true)", "sort(attribute='role')", "dictsort",
                "dictsort(by='value', reverse=true)", "unique | list", "min", "max", "sum",
-               "sum(attribute='k')", "max(attribute='role')"]
+               "sum(attribute='k')", "max(attribute='role')", "safe"]
     tests = ["defined", "undefined", "none", "string", "mapping", "iterable", "number", "integer",
              "float", "boolean", "odd", "even", "sequence", "true", "false", "callable",
              "divisibleby 2", "equalto 1", "in 'abc'", "lower", "upper"]
@@ -361,9 +378,25 @@ def statement_templates(count, seed=20261204):
 STATEMENTS = statement_templates(600)
 
 
+class AssistantTracker(Extension):
+    """transformers' {% generation %} block (it records where assistant text
+    is; the rendered text is the body's)."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        call = self.call_method("_generation_support")
+        return nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    def _generation_support(self, caller):
+        return caller()
+
+
 def make_environment():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols])
+                                        extensions=[AssistantTracker, loopcontrols])
 
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,

@@ -45,6 +45,19 @@ const absl::flat_hash_set<std::string>& SupportedMethods() {
   return *names;
 }
 
+// Methods that modify a list or dict. transformers' sandbox refuses them
+// (SecurityError) only when a call runs, so a template that calls one in a
+// branch it does not take still renders: they parse, and fail at render.
+const absl::flat_hash_set<std::string>& SandboxRefusedMethods() {
+  static const auto* names = new absl::flat_hash_set<std::string>{
+      // list
+      "append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse",
+      // dict
+      "update", "setdefault", "popitem",
+  };
+  return *names;
+}
+
 // Functions a template may call without defining them: transformers'
 // globals and the jinja2 builtins the evaluator implements.
 const absl::flat_hash_set<std::string>& GlobalFunctions() {
@@ -883,7 +896,8 @@ class Parser {
 
   ExprPtr ParseCall(ExprPtr callee) {
     const int line = Peek().line;
-    if (callee->kind == Expr::Kind::kAttribute && !SupportedMethods().contains(callee->name)) {
+    if (callee->kind == Expr::Kind::kAttribute && !SupportedMethods().contains(callee->name) &&
+        !SandboxRefusedMethods().contains(callee->name)) {
       return Fail(line, absl::StrCat("unsupported method '", callee->name, "'"));
     }
     if (callee->kind == Expr::Kind::kName) called_.emplace_back(callee->name, line);
@@ -969,5 +983,8 @@ absl::StatusOr<Body> Parse(const std::vector<Token>& tokens) { return Parser(tok
 bool IsSupportedFilter(const std::string& name) { return SupportedFilters().contains(name); }
 bool IsSupportedTest(const std::string& name) { return SupportedTests().contains(name); }
 bool IsSupportedMethod(const std::string& name) { return SupportedMethods().contains(name); }
+bool IsSandboxRefusedMethod(const std::string& name) {
+  return SandboxRefusedMethods().contains(name);
+}
 
 }  // namespace verdict::jinja

@@ -105,6 +105,8 @@ absl::StatusOr<Body> Parse(const std::vector<Token>& tokens);
 bool IsSupportedFilter(const std::string& name);
 bool IsSupportedTest(const std::string& name);
 bool IsSupportedMethod(const std::string& name);
+// A list or dict method that modifies it: parses, but fails when called.
+bool IsSandboxRefusedMethod(const std::string& name);
 
 }  // namespace verdict::jinja
 

@@ -306,6 +306,12 @@ Value Value::Undefined(std::string name) {
   return v;
 }
 
+Value Value::Markup(std::string s) {
+  Value v(std::move(s));
+  v.markup_ = true;
+  return v;
+}
+
 Value Value::None() {
   Value v;
   v.data_ = NoneData{};
@@ -451,7 +457,8 @@ std::string Value::Repr() const {
     case Kind::kFloat:
       return FormatFloat(as_double());
     case Kind::kString:
-      return ReprString(as_string());
+      return markup_ ? absl::StrCat("Markup(", ReprString(as_string()), ")")
+                     : ReprString(as_string());
     case Kind::kList: {
       if (flavor() == ListFlavor::kGenerator) return "<generator object>";
       std::string inner = absl::StrJoin(items(), ", ", [](std::string* out, const Value& v) {
@@ -493,7 +500,7 @@ std::string Value::TypeName() const {
     case Kind::kFloat:
       return "float";
     case Kind::kString:
-      return "str";
+      return markup_ ? "Markup" : "str";
     case Kind::kList:
       return flavor() == ListFlavor::kTuple       ? "tuple"
              : flavor() == ListFlavor::kGenerator ? "generator"

@@ -83,6 +83,11 @@ class Value {
   Value(double v) : data_(v) {}
   Value(std::string s) : data_(std::move(s)) {}
   Value(const char* s) : data_(std::string(s)) {}
+  // markupsafe's Markup, what the `safe` filter returns: a str that prints
+  // as it is, but HTML-escapes plain strings joined to it (`+`, join(),
+  // `%`). Templates concatenate `x | safe` with plain text (functionary's
+  // tool list, Mistral's tool calls), so the escaping shows in the prompt.
+  static Value Markup(std::string s);
   static Value List(std::vector<Value> items, ListFlavor flavor = ListFlavor::kList);
   static Value FromDict(Dict dict);
   static Value FromFunction(std::string name,
@@ -98,6 +103,8 @@ class Value {
   bool is_string() const { return kind() == Kind::kString; }
   bool is_list() const { return kind() == Kind::kList; }
   bool is_dict() const { return kind() == Kind::kDict; }
+  // A string that is a Markup (see Markup()).
+  bool is_markup() const { return markup_; }
   // int or bool (Python's bool is an int) or float.
   bool is_number() const;
 
@@ -117,7 +124,7 @@ class Value {
   bool Truthy() const;
   // Python's str(x); undefined is "".
   std::string Str() const;
-  // Python's repr(x).
+  // Python's repr(x); a Markup is Markup('...').
   std::string Repr() const;
   // Python's type name, for error messages.
   std::string TypeName() const;
@@ -141,6 +148,7 @@ class Value {
                std::shared_ptr<const ListData>, std::shared_ptr<const Dict>,
                std::shared_ptr<const Function>, std::shared_ptr<Namespace>>
       data_;
+  bool markup_ = false;  // only for a string
 };
 
 // Python's ==, across int, float and bool too.

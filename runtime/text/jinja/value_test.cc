@@ -29,6 +29,12 @@ TEST(ValueTest, StrAndReprFollowPython) {
   EXPECT_EQ(Value("it's").Repr(), "\"it's\"");
   EXPECT_EQ(Value("a\n'\"").Repr(), "'a\\n\\'\"'");
   EXPECT_EQ(Value("caf\xc3\xa9\xc2\xa0").Repr(), "'caf\xc3\xa9\\xa0'");
+  // A Markup prints as its text; its repr names the class, as markupsafe's.
+  EXPECT_EQ(Value::Markup("<b>").Str(), "<b>");
+  EXPECT_EQ(Value::Markup("<b>").Repr(), "Markup('<b>')");
+  EXPECT_TRUE(Value::Markup("a").is_markup());
+  EXPECT_FALSE(Value("a").is_markup());
+  EXPECT_TRUE(Equals(Value::Markup("a"), Value("a")));
   Dict d;
   d.Set(Value("k"), Value::List({Value(1), Value::None()}));
   EXPECT_EQ(Value::FromDict(d).Str(), "{'k': [1, None]}");
