@@ -162,7 +162,8 @@ int ListenerOnPort(int port) {
   });
 }
 
-// Whether the client closed its end (or the connection broke).
+// Whether the client closed its end (or the connection broke); false for
+// no socket (-1: poll ignores a negative descriptor).
 bool PeerHungUp(int fd) {
   pollfd p = {fd, POLLRDHUP, 0};
   return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
@@ -936,7 +937,7 @@ int HttpServer::ServeBody(mg_connection* conn, const ApiRequest& request, Genera
     if (abandoned) return SendError(conn, reason);
     // A client that hung up cancels its request; the engine then finishes
     // it, and the loop ends with its final event.
-    if (!client_gone && !encoder.finished() && socket.Get() >= 0 && PeerHungUp(socket.Get())) {
+    if (!client_gone && !encoder.finished() && PeerHungUp(socket.Get())) {
       client_gone = true;
       service_.Cancel(id);
     }

@@ -6,7 +6,6 @@
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -1181,13 +1180,9 @@ class Renderer {
   // A method that would modify a list or dict: transformers' immutable
   // sandbox makes calling it a SecurityError, raised only when it runs.
   static std::optional<Value> SandboxRefused(const Value& subject, const std::string& name) {
-    static const auto* list_methods = new absl::flat_hash_set<std::string>{
-        "append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse"};
-    static const auto* dict_methods =
-        new absl::flat_hash_set<std::string>{"update", "setdefault", "pop", "popitem", "clear"};
     const bool list = subject.is_list() && subject.flavor() == Value::ListFlavor::kList;
-    const bool refused = (list && list_methods->contains(name)) ||
-                         (subject.is_dict() && dict_methods->contains(name));
+    const bool refused = (list && IsListModifyingMethod(name)) ||
+                         (subject.is_dict() && IsDictModifyingMethod(name));
     if (!refused) return std::nullopt;
     std::string message = absl::StrCat("access to attribute '", name, "' of '",
                                        subject.TypeName(), "' object is unsafe.");

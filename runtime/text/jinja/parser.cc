@@ -45,16 +45,18 @@ const absl::flat_hash_set<std::string>& SupportedMethods() {
   return *names;
 }
 
-// Methods that modify a list or dict. transformers' sandbox refuses them
-// (SecurityError) only when a call runs, so a template that calls one in a
-// branch it does not take still renders: they parse, and fail at render.
-const absl::flat_hash_set<std::string>& SandboxRefusedMethods() {
+// Methods that modify a list, and a dict. transformers' sandbox refuses
+// them (SecurityError) only when a call runs, so a template that calls one
+// in a branch it does not take still renders: they parse, and fail at
+// render.
+const absl::flat_hash_set<std::string>& ListModifyingMethods() {
   static const auto* names = new absl::flat_hash_set<std::string>{
-      // list
-      "append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse",
-      // dict
-      "update", "setdefault", "popitem",
-  };
+      "append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse"};
+  return *names;
+}
+const absl::flat_hash_set<std::string>& DictModifyingMethods() {
+  static const auto* names =
+      new absl::flat_hash_set<std::string>{"update", "setdefault", "pop", "popitem", "clear"};
   return *names;
 }
 
@@ -897,7 +899,7 @@ class Parser {
   ExprPtr ParseCall(ExprPtr callee) {
     const int line = Peek().line;
     if (callee->kind == Expr::Kind::kAttribute && !SupportedMethods().contains(callee->name) &&
-        !SandboxRefusedMethods().contains(callee->name)) {
+        !IsSandboxRefusedMethod(callee->name)) {
       return Fail(line, absl::StrCat("unsupported method '", callee->name, "'"));
     }
     if (callee->kind == Expr::Kind::kName) called_.emplace_back(callee->name, line);
@@ -983,8 +985,14 @@ absl::StatusOr<Body> Parse(const std::vector<Token>& tokens) { return Parser(tok
 bool IsSupportedFilter(const std::string& name) { return SupportedFilters().contains(name); }
 bool IsSupportedTest(const std::string& name) { return SupportedTests().contains(name); }
 bool IsSupportedMethod(const std::string& name) { return SupportedMethods().contains(name); }
+bool IsListModifyingMethod(const std::string& name) {
+  return ListModifyingMethods().contains(name);
+}
+bool IsDictModifyingMethod(const std::string& name) {
+  return DictModifyingMethods().contains(name);
+}
 bool IsSandboxRefusedMethod(const std::string& name) {
-  return SandboxRefusedMethods().contains(name);
+  return IsListModifyingMethod(name) || IsDictModifyingMethod(name);
 }
 
 }  // namespace verdict::jinja

@@ -105,8 +105,11 @@ absl::StatusOr<Body> Parse(const std::vector<Token>& tokens);
 bool IsSupportedFilter(const std::string& name);
 bool IsSupportedTest(const std::string& name);
 bool IsSupportedMethod(const std::string& name);
-// A list or dict method that modifies it: parses, but fails when called.
-bool IsSandboxRefusedMethod(const std::string& name);
+// The methods that modify a list, and a dict: the sandbox refuses them
+// when called (the evaluator); a call of either parses.
+bool IsListModifyingMethod(const std::string& name);
+bool IsDictModifyingMethod(const std::string& name);
+bool IsSandboxRefusedMethod(const std::string& name);  // either
 
 }  // namespace verdict::jinja
 
